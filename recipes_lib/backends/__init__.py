@@ -1,0 +1,23 @@
+"""`make_service_client(config)`: the one place that chooses between the hosted and local backends.
+
+Both return a `ServiceClient` with the Tinker client surface (see `protocols.py`); pipelines never
+branch on the backend themselves.
+"""
+
+from recipes_lib.backends.protocols import SamplingClient, ServiceClient, TrainingClient
+from recipes_lib.config import BackendConfig
+
+
+def make_service_client(config: BackendConfig | None = None) -> ServiceClient:
+    """A `ServiceClient` for `config` (default: the embedded local engine)."""
+    config = config if config is not None else BackendConfig()
+    if config.kind == "tinker":
+        from recipes_lib.backends.hosted import make_hosted_service_client
+
+        return make_hosted_service_client(config.base_url, config.api_key)
+    from recipes_lib.backends.local.clients import ServiceClient as LocalServiceClient
+
+    return LocalServiceClient(precision=config.precision, device=config.device)
+
+
+__all__ = ["make_service_client", "ServiceClient", "TrainingClient", "SamplingClient", "BackendConfig"]

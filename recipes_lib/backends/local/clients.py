@@ -1,0 +1,397 @@
+"""`ServiceClient`, `TrainingClient` and `SamplingClient` of the local engine.
+
+They offer the methods, parameters and return types of the `tinker` SDK's clients (0.38), so code
+written against the SDK runs on the embedded engine unchanged:
+
+- request methods return a future at once (`.result()`, `await f`, `f.result_async()`);
+- the `*_async` twins follow the SDK: training requests (`forward_backward_async`, `optim_step_async`,
+  `save_state_async`, ...) resolve to a future once submitted (await twice), while `sample_async`,
+  `compute_logprobs_async`, `get_info_async` and the `create_*_async` methods resolve to values;
+- `create_*` methods return the client itself, which is also a completed future of itself, so both
+  `client = service.create_lora_training_client(...)` and `client = await service.create_...(...)`
+  (or `.result()`) work.
+"""
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any, Self
+
+import torch
+from tinker import types
+
+from recipes_lib.backends.local import adapters, storage
+from recipes_lib.backends.local.batch import model_input_tokens, prepare_datums
+from recipes_lib.backends.local.engine import BaseEntry, LocalEngine, Snapshot, get_engine
+from recipes_lib.backends.local.futures import LocalFuture
+from recipes_lib.backends.local.losses import REQUIRED_INPUTS, resolve_config
+from recipes_lib.backends.local.models import local_model_names, max_context_length
+from recipes_lib.backends.local.optimizer import AdamState
+from recipes_lib.backends.local.precision import DeviceName, PrecisionName
+from recipes_lib.backends.local.sampler import SampleJob
+from recipes_lib.backends.local.trainer import CustomLoss, PassResult, builtin_pass, custom_pass
+from recipes_lib.exceptions import CheckpointError, DataFormatError
+from recipes_lib.tokenizers import Tokenizer, get_tokenizer
+
+
+class _SelfFuture:
+    """Lets a client stand in for the future of itself (`.result()`, `await`)."""
+
+    def result(self, timeout: float | None = None) -> Self:
+        return self
+
+    async def result_async(self, timeout: float | None = None) -> Self:
+        return self
+
+    def __await__(self) -> Any:
+        return self.result_async().__await__()
+
+
+class SamplingClient(_SelfFuture):
+    """Samples from, and scores with, one immutable snapshot of weights."""
+
+    def __init__(self, engine: LocalEngine, snapshot: Snapshot, model_path: str | None = None):
+        self._engine = engine
+        self._snapshot = snapshot
+        self.model_path = model_path
+
+    def sample(
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+    ) -> LocalFuture[types.SampleResponse]:
+        """Draw `num_samples` continuations of `prompt` (one shared prefill), with log-probs."""
+        tokens = self._checked_prompt(prompt)
+        if num_samples < 1:
+            raise DataFormatError(f"num_samples must be >= 1, got {num_samples}.")
+        if sampling_params.max_tokens is not None and sampling_params.max_tokens < 1:
+            raise DataFormatError(f"SamplingParams.max_tokens must be >= 1, got {sampling_params.max_tokens}.")
+        job = SampleJob(tokens, num_samples, sampling_params, include_prompt_logprobs, topk_prompt_logprobs)
+        return self._engine.sample(self._snapshot, job)
+
+    async def sample_async(self, *args: Any, **kwargs: Any) -> types.SampleResponse:
+        return await self.sample(*args, **kwargs)
+
+    def compute_logprobs(self, prompt: types.ModelInput) -> LocalFuture[list[float | None]]:
+        """Log-prob of every prompt token given the ones before it (`None` for the first)."""
+        return self._engine.compute_logprobs(self._snapshot, self._checked_prompt(prompt))
+
+    async def compute_logprobs_async(self, prompt: types.ModelInput) -> list[float | None]:
+        return await self.compute_logprobs(prompt)
+
+    def get_tokenizer(self) -> Tokenizer:
+        return get_tokenizer(self._snapshot.base.name)
+
+    def get_base_model(self) -> str:
+        return self._snapshot.base.name
+
+    async def get_base_model_async(self) -> str:
+        return self.get_base_model()
+
+    def _checked_prompt(self, prompt: types.ModelInput) -> list[int]:
+        tokens = model_input_tokens(prompt, "prompt")
+        base = self._snapshot.base
+        if not tokens:
+            raise DataFormatError("prompt is empty; pass at least one token.")
+        if max(tokens) >= base.vocab_size or min(tokens) < 0:
+            raise DataFormatError(f"prompt has token ids outside [0, {base.vocab_size}) for {base.name}.")
+        if len(tokens) >= base.max_context:
+            raise DataFormatError(f"prompt of {len(tokens)} tokens fills {base.name}'s context of {base.max_context}.")
+        return tokens
+
+
+class TrainingClient(_SelfFuture):
+    """A LoRA adapter being trained on a base model, with its Adam state."""
+
+    def __init__(self, engine: LocalEngine, base: BaseEntry, spec: adapters.LoraSpec, run_id: str):
+        self._engine = engine
+        self._base = base
+        self.spec = spec
+        self.run_id = run_id
+        self._adapter = run_id.replace("-", "_")
+        self._optimizer: AdamState | None = None
+
+    # -- creation (runs on the worker: it changes the shared peft model) ------------------------
+    @classmethod
+    def create(cls, engine: LocalEngine, base_model: str, spec: adapters.LoraSpec) -> "TrainingClient":
+        base = engine.base(base_model)
+        client = cls(engine, base, spec, storage.new_run_id())
+        engine.call(client._attach).result()
+        return client
+
+    def _attach(self) -> None:
+        self.spec = self._base.host.add(self._adapter, self.spec)
+        self._optimizer = AdamState(self._base.host.parameters(self._adapter))
+
+    # -- training ----------------------------------------------------------------------------------
+    def forward(
+        self, data: list[types.Datum], loss_fn: types.LossFnType, loss_fn_config: Mapping[str, float | str] | None = None
+    ) -> LocalFuture[types.ForwardBackwardOutput]:
+        """Compute the loss and per-token log-probs without gradients."""
+        return self._builtin(data, loss_fn, loss_fn_config, backward=False)
+
+    def forward_backward(
+        self, data: list[types.Datum], loss_fn: types.LossFnType, loss_fn_config: Mapping[str, float | str] | None = None
+    ) -> LocalFuture[types.ForwardBackwardOutput]:
+        """Compute the loss and accumulate its gradient into the adapter (until `optim_step`)."""
+        return self._builtin(data, loss_fn, loss_fn_config, backward=True)
+
+    def forward_backward_custom(
+        self, data: list[types.Datum], loss_fn: CustomLoss, *, loss_type_input: str | None = None
+    ) -> LocalFuture[types.ForwardBackwardOutput]:
+        """Backpropagate `loss_fn(data, logprobs_list) -> (loss, metrics)` in one autograd pass."""
+        prepared = prepare_datums(data, ("target_tokens",), self._base.vocab_size)
+        return self._engine.call(
+            lambda: _output(custom_pass(self._model(), prepared, list(data), loss_fn, self._base.precision,
+                                        self._base.pad_id))
+        )
+
+    def optim_step(
+        self, optim_params: types.AdamParams | None = None, *, adam_params: types.AdamParams | None = None
+    ) -> LocalFuture[types.OptimStepResponse]:
+        """Apply one AdamW update with the accumulated gradients, then clear them."""
+        params = adam_params or optim_params or types.AdamParams()
+        if not isinstance(params, types.AdamParams):
+            raise DataFormatError(f"the local engine implements Adam only; got {type(params).__name__}.")
+        return self._engine.call(lambda: types.OptimStepResponse(metrics=self._adam().step(params)))
+
+    def _builtin(
+        self, data: list[types.Datum], loss_fn: str, loss_fn_config: Mapping[str, float | str] | None, backward: bool
+    ) -> LocalFuture[types.ForwardBackwardOutput]:
+        config = resolve_config(loss_fn, loss_fn_config)
+        prepared = prepare_datums(data, REQUIRED_INPUTS[loss_fn], self._base.vocab_size)
+        return self._engine.call(
+            lambda: _output(builtin_pass(self._model(), prepared, loss_fn, config, self._base.precision,
+                                         self._base.pad_id, backward))
+        )
+
+    def _model(self) -> torch.nn.Module:
+        return self._base.host.model(self._adapter)
+
+    def _adam(self) -> AdamState:
+        assert self._optimizer is not None
+        return self._optimizer
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def save_state(
+        self, name: str, ttl_seconds: int | None = None, overwrite: bool = False, user_metadata: dict[str, str] | None = None
+    ) -> LocalFuture[types.SaveWeightsResponse]:
+        """Save adapter weights and optimizer state under `local://<run_id>/weights/<name>`."""
+        path = storage.CheckpointPath(self.run_id, "weights", storage.validate_name(name))
+        return self._engine.call(lambda: self._save(path, with_optimizer=True, overwrite=overwrite,
+                                                    user_metadata=user_metadata)).map(
+            lambda uri: types.SaveWeightsResponse(path=uri)
+        )
+
+    def save_weights_for_sampler(
+        self, name: str, ttl_seconds: int | None = None, user_metadata: dict[str, str] | None = None
+    ) -> LocalFuture[types.SaveWeightsForSamplerResponse]:
+        """Save the adapter (a peft folder) under `local://<run_id>/sampler_weights/<name>`."""
+        path = storage.CheckpointPath(self.run_id, "sampler_weights", storage.validate_name(name))
+        return self._engine.call(lambda: self._save(path, with_optimizer=False, overwrite=True,
+                                                    user_metadata=user_metadata)).map(
+            lambda uri: types.SaveWeightsForSamplerResponse(path=uri)
+        )
+
+    def _save(self, path: storage.CheckpointPath, with_optimizer: bool, overwrite: bool,
+              user_metadata: dict[str, str] | None) -> str:
+        state = self._base.host.state_dict(self._adapter)
+        config = self._base.host.config(self._adapter)
+
+        def write(folder: Any) -> None:
+            adapters.save_adapter(folder, state, config, self._base.name)
+            if with_optimizer:
+                self._adam().save(folder)
+
+        meta = {"base_model": self._base.name, "lora": self.spec.to_json(), "run_id": self.run_id,
+                "kind": path.kind, "steps": self._adam().steps, "user_metadata": user_metadata or {}}
+        storage.write_atomically(path.folder, write, meta, overwrite)
+        return path.uri
+
+    def load_state(self, path: str) -> LocalFuture[types.LoadWeightsResponse]:
+        """Replace the adapter weights with a checkpoint's (the optimizer state is reset)."""
+        return self._load(path, with_optimizer=False)
+
+    def load_state_with_optimizer(self, path: str) -> LocalFuture[types.LoadWeightsResponse]:
+        """Replace the adapter weights and the Adam state with a `save_state` checkpoint's."""
+        return self._load(path, with_optimizer=True)
+
+    def _load(self, path: str, with_optimizer: bool) -> LocalFuture[types.LoadWeightsResponse]:
+        folder = storage.CheckpointPath.parse(path).require()
+        meta = storage.read_meta(folder)
+        _check_compatible(meta, self._base.name, self.spec, path)
+
+        def load() -> types.LoadWeightsResponse:
+            self._base.host.load_state_dict(self._adapter, adapters.load_adapter_weights(folder))
+            self._optimizer = AdamState(self._base.host.parameters(self._adapter))
+            if with_optimizer:
+                self._adam().load(folder, path)
+            return types.LoadWeightsResponse(path=path)
+
+        return self._engine.call(load)
+
+    # -- sampling ----------------------------------------------------------------------------------
+    def save_weights_and_get_sampling_client(self, name: str | None = None, retry_config: Any = None) -> SamplingClient:
+        """A sampling client on the current weights; saved to disk too when `name` is given."""
+        return self._snapshot_future(name).result()
+
+    async def save_weights_and_get_sampling_client_async(self, name: str | None = None,
+                                                         retry_config: Any = None) -> SamplingClient:
+        return await self._snapshot_future(name)
+
+    def _snapshot_future(self, name: str | None) -> LocalFuture[SamplingClient]:
+        path = storage.CheckpointPath(self.run_id, "sampler_weights", storage.validate_name(name)) if name else None
+
+        def snapshot() -> SamplingClient:
+            uri = self._save(path, False, True, None) if path is not None else None
+            snap = Snapshot(self._base, self.spec, self._base.host.state_dict(self._adapter), uri or "")
+            return SamplingClient(self._engine, snap, uri)
+
+        return self._engine.call(snapshot)
+
+    def create_sampling_client(self, model_path: str, retry_config: Any = None) -> SamplingClient:
+        return _sampling_client_from_path(self._engine, model_path)
+
+    # -- info --------------------------------------------------------------------------------------
+    def get_info(self) -> types.GetInfoResponse:
+        return types.GetInfoResponse(
+            model_data=types.ModelData(arch=type(self._base.model).__name__, model_name=self._base.name),
+            model_id=self.run_id,
+            is_lora=True,
+            lora_rank=self.spec.rank,
+            model_name=self._base.name,
+        )
+
+    async def get_info_async(self) -> types.GetInfoResponse:
+        return self.get_info()
+
+    def get_tokenizer(self) -> Tokenizer:
+        return get_tokenizer(self._base.name)
+
+    # -- async twins of the request methods (await once to submit, once more for the result) ------
+    async def forward_async(self, *args: Any, **kwargs: Any) -> LocalFuture[types.ForwardBackwardOutput]:
+        return self.forward(*args, **kwargs)
+
+    async def forward_backward_async(self, *args: Any, **kwargs: Any) -> LocalFuture[types.ForwardBackwardOutput]:
+        return self.forward_backward(*args, **kwargs)
+
+    async def forward_backward_custom_async(self, *args: Any, **kwargs: Any) -> LocalFuture[types.ForwardBackwardOutput]:
+        return self.forward_backward_custom(*args, **kwargs)
+
+    async def optim_step_async(self, *args: Any, **kwargs: Any) -> LocalFuture[types.OptimStepResponse]:
+        return self.optim_step(*args, **kwargs)
+
+    async def save_state_async(self, *args: Any, **kwargs: Any) -> LocalFuture[types.SaveWeightsResponse]:
+        return self.save_state(*args, **kwargs)
+
+    async def save_weights_for_sampler_async(self, *args: Any,
+                                             **kwargs: Any) -> LocalFuture[types.SaveWeightsForSamplerResponse]:
+        return self.save_weights_for_sampler(*args, **kwargs)
+
+    async def load_state_async(self, path: str) -> LocalFuture[types.LoadWeightsResponse]:
+        return self.load_state(path)
+
+    async def load_state_with_optimizer_async(self, path: str) -> LocalFuture[types.LoadWeightsResponse]:
+        return self.load_state_with_optimizer(path)
+
+    async def create_sampling_client_async(self, model_path: str, retry_config: Any = None) -> SamplingClient:
+        return self.create_sampling_client(model_path)
+
+
+class ServiceClient(_SelfFuture):
+    """Entry point of the local engine: creates training and sampling clients."""
+
+    def __init__(self, precision: PrecisionName = "auto", device: DeviceName = "auto"):
+        self._engine = get_engine(precision, device)
+
+    @property
+    def precision(self) -> str:
+        return self._engine.precision.name
+
+    def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:
+        models = [types.SupportedModel(model_name=name, max_context_length=max_context_length(name))
+                  for name in local_model_names()]
+        return types.GetServerCapabilitiesResponse(supported_models=models)
+
+    async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse:
+        return self.get_server_capabilities()
+
+    def create_lora_training_client(
+        self, base_model: str, rank: int = 32, seed: int | None = None, train_mlp: bool = True,
+        train_attn: bool = True, train_unembed: bool = True, user_metadata: dict[str, str] | None = None,
+    ) -> TrainingClient:
+        """A new LoRA adapter (B = 0, so it starts as the base model) on `base_model`."""
+        if rank < 1:
+            raise DataFormatError(f"LoRA rank must be >= 1, got {rank}.")
+        spec = adapters.LoraSpec(rank, seed, train_mlp, train_attn, train_unembed)
+        return TrainingClient.create(self._engine, base_model, spec)
+
+    async def create_lora_training_client_async(self, *args: Any, **kwargs: Any) -> TrainingClient:
+        return await asyncio.to_thread(self.create_lora_training_client, *args, **kwargs)
+
+    def create_training_client_from_state(self, path: str, user_metadata: dict[str, str] | None = None) -> TrainingClient:
+        """A new client (new run id) with a checkpoint's weights and a fresh optimizer."""
+        return self._from_state(path, with_optimizer=False)
+
+    def create_training_client_from_state_with_optimizer(self, path: str,
+                                                         user_metadata: dict[str, str] | None = None) -> TrainingClient:
+        """A new client (new run id) continuing a `save_state` checkpoint exactly (weights + Adam)."""
+        return self._from_state(path, with_optimizer=True)
+
+    async def create_training_client_from_state_async(self, path: str, user_metadata: dict[str, str] | None = None
+                                                      ) -> TrainingClient:
+        return await asyncio.to_thread(self.create_training_client_from_state, path)
+
+    async def create_training_client_from_state_with_optimizer_async(
+        self, path: str, user_metadata: dict[str, str] | None = None
+    ) -> TrainingClient:
+        return await asyncio.to_thread(self.create_training_client_from_state_with_optimizer, path)
+
+    def _from_state(self, path: str, with_optimizer: bool) -> TrainingClient:
+        folder = storage.CheckpointPath.parse(path).require()
+        meta = storage.read_meta(folder)
+        client = TrainingClient.create(self._engine, meta["base_model"], adapters.LoraSpec(**meta["lora"]))
+        (client.load_state_with_optimizer(path) if with_optimizer else client.load_state(path)).result()
+        return client
+
+    def create_sampling_client(self, model_path: str | None = None, base_model: str | None = None,
+                               retry_config: Any = None) -> SamplingClient:
+        """Sample from a saved checkpoint (`model_path`) or from a base model without LoRA."""
+        if model_path is not None:
+            return _sampling_client_from_path(self._engine, model_path)
+        if base_model is None:
+            raise DataFormatError("create_sampling_client needs model_path=... or base_model=....")
+        return SamplingClient(self._engine, Snapshot(self._engine.base(base_model), source=base_model))
+
+    async def create_sampling_client_async(self, *args: Any, **kwargs: Any) -> SamplingClient:
+        return await asyncio.to_thread(self.create_sampling_client, *args, **kwargs)
+
+
+def _sampling_client_from_path(engine: LocalEngine, model_path: str) -> SamplingClient:
+    folder = storage.CheckpointPath.parse(model_path).require()
+    meta = storage.read_meta(folder)
+    snapshot = Snapshot(engine.base(meta["base_model"]), adapters.LoraSpec(**meta["lora"]),
+                        adapters.load_adapter_weights(folder), model_path)
+    return SamplingClient(engine, snapshot, model_path)
+
+
+def _check_compatible(meta: Mapping[str, Any], base_model: str, spec: adapters.LoraSpec, path: str) -> None:
+    saved = adapters.LoraSpec(**meta["lora"])
+    if meta["base_model"] != base_model or (saved.rank, saved.train_mlp, saved.train_attn, saved.train_unembed) != (
+        spec.rank, spec.train_mlp, spec.train_attn, spec.train_unembed
+    ):
+        raise CheckpointError(
+            f"Checkpoint {path} holds a rank-{saved.rank} LoRA of {meta['base_model']}; this client trains a "
+            f"rank-{spec.rank} LoRA of {base_model}. Use ServiceClient.create_training_client_from_state(path)."
+        )
+
+
+def _output(result: PassResult) -> types.ForwardBackwardOutput:
+    return types.ForwardBackwardOutput(
+        loss_fn_output_type="logprobs",
+        loss_fn_outputs=[{"logprobs": types.TensorData.from_torch(lp)} for lp in result.logprobs],
+        metrics=result.metrics,
+    )
+

@@ -1,0 +1,268 @@
+"""The embedded engine: base models in memory and one worker thread that runs every request.
+
+One worker per process and precision executes requests in submission order, so the requests of a
+training client run in order and never race on the shared base model. `sample` and
+`compute_logprobs` requests are batched: when the worker reaches one, it briefly lets concurrent
+callers add more, then runs all pending requests for the same weights as one batch (sampler
+snapshots are immutable, so they may run ahead of queued training requests).
+"""
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+import transformers
+from tinker import types
+from transformers import PreTrainedModel
+
+from recipes_lib.backends.local.adapters import AdapterHost, LoraSpec, lora_deltas
+from recipes_lib.backends.local.futures import LocalFuture
+from recipes_lib.backends.local.models import load_base_model, max_context_length
+from recipes_lib.backends.local.precision import DeviceName, Precision, PrecisionName, resolve_precision
+from recipes_lib.backends.local.sampler import SampleJob, SamplerModel, generate, score
+from recipes_lib.tokenizers import get_tokenizer
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+COALESCE_QUIET_S = 0.003  # wait this long for more concurrent sample requests ...
+COALESCE_MAX_S = 0.03  # ... but never longer than this in total
+MAX_SAMPLE_ROWS = {"cpu": 64, "cuda": 512}
+
+
+@dataclass
+class BaseEntry:
+    """A base model loaded for training (fp32 master weights) and its merged sampling copy."""
+
+    name: str
+    model: PreTrainedModel
+    host: AdapterHost
+    precision: Precision
+    max_context: int
+    _sampler: SamplerModel | None = None
+    _linear_weights: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Recorded before any adapter wraps the Linear modules (peft keeps these same tensors).
+        self._linear_weights = {n: m.weight for n, m in self.model.named_modules() if isinstance(m, torch.nn.Linear)}
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_input_embeddings().weight.shape[0])
+
+    @property
+    def pad_id(self) -> int:
+        pad = self.model.config.pad_token_id
+        return int(pad) if pad is not None else 0
+
+    @property
+    def sampler(self) -> SamplerModel:
+        if self._sampler is None:
+            live = self.host.peft_model if self.host.peft_model is not None else self.model
+            self._sampler = SamplerModel(live, self._linear_weights, self.precision)
+        return self._sampler
+
+
+@dataclass(eq=False)
+class Snapshot:
+    """Immutable weights a sampling client reads: a LoRA state on a base model, or the base alone."""
+
+    base: BaseEntry
+    spec: LoraSpec | None = None
+    state: dict[str, torch.Tensor] | None = None
+    source: str = ""
+
+    def deltas(self) -> dict[str, tuple[torch.Tensor, torch.Tensor, float]]:
+        if self.spec is None or self.state is None:
+            return {}
+        return lora_deltas(self.state, self.spec.scale)
+
+
+@dataclass
+class _Call:
+    fn: Callable[[], Any]
+    future: Future[Any]
+
+
+@dataclass
+class _Generation:
+    snapshot: Snapshot
+    future: Future[Any]
+    job: SampleJob | None = None
+    score_prompt: list[int] = field(default_factory=list)
+
+
+class LocalEngine:
+    """Loads base models and runs all requests of this process on one worker thread."""
+
+    def __init__(self, precision: Precision):
+        self.precision = precision
+        self._bases: dict[str, BaseEntry] = {}
+        self._load_lock = threading.Lock()
+        self._queue: deque[_Call | _Generation] = deque()
+        self._cond = threading.Condition()
+        self._worker = threading.Thread(target=self._run, name="recipes-local-engine", daemon=True)
+        self._worker.start()
+
+    def base(self, name: str) -> BaseEntry:
+        """The loaded base model `name` (loaded on first use, then shared)."""
+        with self._load_lock:
+            if name not in self._bases:
+                model = load_base_model(name).to(self.precision.device)
+                self._bases[name] = BaseEntry(name, model, AdapterHost(model), self.precision, max_context_length(name))
+            return self._bases[name]
+
+    def call(self, fn: Callable[[], T]) -> LocalFuture[T]:
+        """Run `fn` on the worker after every request submitted before it."""
+        future: Future[T] = Future()
+        self._put(_Call(fn, future))
+        return LocalFuture(future)
+
+    def sample(self, snapshot: Snapshot, job: SampleJob) -> LocalFuture[types.SampleResponse]:
+        future: Future[types.SampleResponse] = Future()
+        self._put(_Generation(snapshot, future, job=job))
+        return LocalFuture(future)
+
+    def compute_logprobs(self, snapshot: Snapshot, prompt: list[int]) -> LocalFuture[list[float | None]]:
+        future: Future[list[float | None]] = Future()
+        self._put(_Generation(snapshot, future, score_prompt=prompt))
+        return LocalFuture(future)
+
+    def _put(self, item: _Call | _Generation) -> None:
+        with self._cond:
+            self._queue.append(item)
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            call, generations = self._next()
+            if call is not None:
+                _resolve(call.future, call.fn)
+            else:
+                self._run_generations(generations)
+
+    def _next(self) -> tuple[_Call | None, list[_Generation]]:
+        with self._cond:
+            while not self._queue:
+                self._cond.wait()
+            head = self._queue[0]
+            if isinstance(head, _Call):
+                return self._queue.popleft(), []  # type: ignore[return-value]
+            self._coalesce()
+            generations = [item for item in self._queue if isinstance(item, _Generation)]
+            self._queue = deque(item for item in self._queue if isinstance(item, _Call))
+            return None, generations
+
+    def _coalesce(self) -> None:
+        """Give concurrent callers a moment to add requests that can join this batch."""
+        deadline = time.monotonic() + COALESCE_MAX_S
+        while time.monotonic() < deadline:
+            size = len(self._queue)
+            self._cond.wait(COALESCE_QUIET_S)
+            if len(self._queue) == size:
+                return
+
+    def _run_generations(self, generations: list[_Generation]) -> None:
+        groups: dict[tuple[int, bool], list[_Generation]] = {}
+        for item in generations:
+            groups.setdefault((id(item.snapshot), item.job is None), []).append(item)
+        for (_, is_score), items in groups.items():
+            try:
+                items[0].snapshot.base.sampler.load(items[0].snapshot, items[0].snapshot.deltas())
+                if is_score:
+                    self._run_scores(items)
+                else:
+                    self._run_samples(items)
+            except Exception as exc:  # noqa: BLE001 - reported to every waiting caller
+                for item in items:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+
+    def _run_scores(self, items: list[_Generation]) -> None:
+        base = items[0].snapshot.base
+        results = score(base.sampler.model, [item.score_prompt for item in items], self.precision)
+        for item, (values, _) in zip(items, results):
+            item.future.set_result([None if np.isnan(v) else float(v) for v in values])
+
+    def _run_samples(self, items: list[_Generation]) -> None:
+        base = items[0].snapshot.base
+        tokenizer = get_tokenizer(base.name)
+        limit = MAX_SAMPLE_ROWS.get(self.precision.device.type, 64)
+        for chunk in _chunks_by_rows(items, limit):
+            jobs = [item.job for item in chunk if item.job is not None]
+            rows_per_job = generate(base.sampler.model, jobs, tokenizer, self.precision, base.max_context)
+            extras = _prompt_logprobs(base, jobs, self.precision)
+            for item, rows, extra in zip(chunk, rows_per_job, extras):
+                item.future.set_result(_response(rows, extra))
+
+
+def _chunks_by_rows(items: list[_Generation], limit: int) -> list[list[_Generation]]:
+    chunks: list[list[_Generation]] = [[]]
+    rows = 0
+    for item in items:
+        n = item.job.num_samples if item.job is not None else 0
+        if chunks[-1] and rows + n > limit:
+            chunks.append([])
+            rows = 0
+        chunks[-1].append(item)
+        rows += n
+    return chunks
+
+
+def _prompt_logprobs(base: BaseEntry, jobs: list[SampleJob], precision: Precision) -> list[Any]:
+    extras: list[Any] = []
+    for job in jobs:
+        if job.include_prompt_logprobs or job.topk_prompt_logprobs > 0:
+            extras.append(score(base.sampler.model, [job.prompt], precision, job.topk_prompt_logprobs)[0])
+        else:
+            extras.append(None)
+    return extras
+
+
+def _response(rows: list[Any], extra: Any) -> types.SampleResponse:
+    sequences = [
+        types.SampledSequence(
+            stop_reason=row.stop_reason or "length",
+            sequence_id=f"local-{id(row):x}-{row.sample}",
+            tokens_np=np.asarray(row.tokens, dtype=np.int64),
+            logprobs_np=np.asarray(row.logprobs, dtype=np.float32),
+        )
+        for row in sorted(rows, key=lambda r: r.sample)
+    ]
+    if extra is None:
+        return types.SampleResponse(sequences=sequences)
+    values, topk = extra
+    return types.SampleResponse(sequences=sequences, prompt_logprobs_np=values, topk_prompt_logprobs_np=topk)
+
+
+def _resolve(future: Future[Any], fn: Callable[[], Any]) -> None:
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        future.set_result(fn())
+    except BaseException as exc:  # noqa: BLE001 - the caller of .result() receives it
+        logger.debug("local engine request failed", exc_info=True)
+        future.set_exception(exc)
+
+
+_engines: dict[tuple[str, str], LocalEngine] = {}
+_engines_lock = threading.Lock()
+
+
+def get_engine(precision: PrecisionName = "auto", device: DeviceName = "auto") -> LocalEngine:
+    """The process-wide engine for a precision and device (created on first use)."""
+    resolved = resolve_precision(precision, device)
+    key = (str(resolved.device), resolved.name)
+    with _engines_lock:
+        if key not in _engines:
+            transformers.utils.logging.disable_progress_bar()
+            logger.info("local engine: device=%s precision=%s", resolved.device, resolved.name)
+            _engines[key] = LocalEngine(resolved)
+        return _engines[key]

@@ -1,0 +1,95 @@
+"""The built-in losses of `forward_backward`, as per-token terms summed over tokens (pure torch).
+
+With `lp` the trainer's log-probability of each target token, `q` the sampler's (`logprobs` input),
+`A` the advantages, `w` the weights and `r = exp(lp - q)`:
+
+- `cross_entropy`:       -w * lp
+- `importance_sampling`: -r * A
+- `ppo`:                 -min(r * A, clip(r, low, high) * A)    (low, high default 0.8, 1.2)
+- `cispo`:               -stopgrad(clip(r, low, high)) * lp * A  (low, high default 0.0, 4.0)
+- `dro`:                 -(lp * A - beta/2 * (lp - q)^2)         (beta default 0.05), on action tokens
+
+The loss of a batch is the sum of these terms over every token of every datum (`loss:sum`).
+Shapes: every tensor here is `(T,)`, one entry per target position of one datum.
+"""
+
+from collections.abc import Mapping
+
+import torch
+
+from recipes_lib.exceptions import ConfigurationError
+
+RL_KEYS = ("target_tokens", "logprobs", "advantages")
+REQUIRED_INPUTS: dict[str, tuple[str, ...]] = {
+    "cross_entropy": ("target_tokens", "weights"),
+    "importance_sampling": RL_KEYS,
+    "ppo": RL_KEYS,
+    "cispo": RL_KEYS,
+    "dro": RL_KEYS,
+}
+CONFIG_DEFAULTS: dict[str, dict[str, float]] = {
+    "cross_entropy": {},
+    "importance_sampling": {},
+    "ppo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
+    "cispo": {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
+    "dro": {"beta": 0.05},
+}
+
+
+def resolve_config(loss_fn: str, loss_fn_config: Mapping[str, float | str] | None) -> dict[str, float]:
+    """The loss's settings: its defaults overridden by `loss_fn_config` (unknown keys are errors)."""
+    if loss_fn not in REQUIRED_INPUTS:
+        raise ConfigurationError(
+            f"Unknown loss_fn {loss_fn!r}; the local engine supports {sorted(REQUIRED_INPUTS)} "
+            "(and forward_backward_custom for anything else)."
+        )
+    defaults = CONFIG_DEFAULTS[loss_fn]
+    given = dict(loss_fn_config or {})
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise ConfigurationError(
+            f"loss_fn_config keys {unknown} are not used by {loss_fn!r}; it accepts {sorted(defaults) or 'none'}."
+        )
+    resolved = {**defaults, **{key: float(value) for key, value in given.items()}}
+    if "clip_low_threshold" in resolved and resolved["clip_low_threshold"] > resolved["clip_high_threshold"]:
+        raise ConfigurationError(f"{loss_fn}: clip_low_threshold must not exceed clip_high_threshold: {resolved}")
+    return resolved
+
+
+def action_mask(inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """Tokens an RL datum trains on: those with a non-zero advantage or a sampler log-prob.
+
+    Observation tokens carry advantage 0 and log-prob 0 by convention, so they are excluded; this
+    matters only for `dro`, whose penalty term does not vanish with the advantage.
+    """
+    return (inputs["advantages"] != 0) | (inputs["logprobs"] != 0)
+
+
+def gradient_mask(loss_fn: str, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """Bool `(T,)`: positions whose loss term depends on the trainer's log-prob."""
+    if loss_fn == "cross_entropy":
+        return inputs["weights"] != 0
+    if loss_fn == "dro":
+        return action_mask(inputs)
+    return inputs["advantages"] != 0
+
+
+def per_token_loss(
+    loss_fn: str, logprobs: torch.Tensor, inputs: Mapping[str, torch.Tensor], config: Mapping[str, float]
+) -> torch.Tensor:
+    """The loss term of each position, `(T,)`, for trainer log-probs `logprobs` `(T,)`."""
+    if loss_fn == "cross_entropy":
+        return -inputs["weights"] * logprobs
+    advantages, sampler_logprobs = inputs["advantages"], inputs["logprobs"]
+    if loss_fn == "dro":
+        penalty = 0.5 * config["beta"] * (logprobs - sampler_logprobs) ** 2
+        return -(logprobs * advantages - penalty) * action_mask(inputs)
+    ratio = torch.exp(logprobs - sampler_logprobs)
+    if loss_fn == "importance_sampling":
+        return -ratio * advantages
+    clipped = torch.clamp(ratio, config["clip_low_threshold"], config["clip_high_threshold"])
+    if loss_fn == "ppo":
+        return -torch.minimum(ratio * advantages, clipped * advantages)
+    if loss_fn == "cispo":
+        return -clipped.detach() * logprobs * advantages
+    raise AssertionError(f"unhandled loss {loss_fn}")

@@ -1,0 +1,138 @@
+"""Forward and backward passes of a LoRA model over a list of datums (the engine's training math).
+
+Datums are grouped into right-padded micro-batches by length. The decoder runs once per
+micro-batch; the 49k-row unembedding runs only where it is needed: with gradient at the positions
+the loss trains on, without gradient elsewhere (their log-probs are still returned). Gradients of
+successive calls accumulate in the adapter until `optim_step`.
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from recipes_lib.backends.local.batch import PreparedDatum, micro_batches, pad_right_tokens
+from recipes_lib.backends.local.losses import gradient_mask, per_token_loss
+from recipes_lib.backends.local.precision import Precision
+
+LOGIT_CHUNK_ROWS = 1024  # rows of [rows x vocab] logits materialised at once
+MAX_MICROBATCH_TOKENS = 8192
+
+CustomLoss = Callable[[list, list[torch.Tensor]], tuple[torch.Tensor, dict[str, float]]]
+
+
+@dataclass
+class PassResult:
+    """Per-datum trainer log-probs `(T,)` (detached, fp32) and the summed loss."""
+
+    logprobs: list[torch.Tensor]
+    loss_sum: float
+    metrics: dict[str, float]
+
+
+def token_logprobs(lm_head: nn.Module, hidden_N_D: torch.Tensor, targets_N: torch.Tensor) -> torch.Tensor:
+    """`log p(target)` for each row of hidden states, computed in fp32 in chunks of rows, `(N,)`."""
+    pieces = []
+    for start in range(0, hidden_N_D.shape[0], LOGIT_CHUNK_ROWS):
+        logits = lm_head(hidden_N_D[start : start + LOGIT_CHUNK_ROWS]).float()
+        chosen = logits.gather(-1, targets_N[start : start + LOGIT_CHUNK_ROWS, None]).squeeze(-1)
+        pieces.append(chosen - torch.logsumexp(logits, dim=-1))
+    if not pieces:
+        return hidden_N_D.new_zeros((0,), dtype=torch.float32)
+    return torch.cat(pieces)
+
+
+def _decoder_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:
+    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return causal_lm.get_decoder(), causal_lm.get_output_embeddings()
+
+
+def _batch_logprobs(
+    model: nn.Module,
+    datums: Sequence[PreparedDatum],
+    grad_masks: Sequence[torch.Tensor] | None,
+    precision: Precision,
+    pad_id: int,
+) -> list[torch.Tensor]:
+    """Trainer log-probs of each datum's targets; differentiable where `grad_masks` is True.
+
+    `grad_masks=None` means no gradient anywhere (a plain forward).
+    """
+    decoder, lm_head = _decoder_and_head(model)
+    device = precision.device
+    tokens_B_T, attention_B_T = (t.to(device) for t in pad_right_tokens([d.tokens_T for d in datums], pad_id))
+    targets_B_T = torch.zeros_like(tokens_B_T)
+    wants_grad_B_T = torch.zeros_like(tokens_B_T, dtype=torch.bool)
+    for row, datum in enumerate(datums):
+        targets_B_T[row, : datum.length] = datum.inputs["target_tokens"].to(device)
+        if grad_masks is not None:
+            wants_grad_B_T[row, : datum.length] = grad_masks[row].to(device)
+    valid_B_T = attention_B_T.bool()
+    with precision.context(), torch.set_grad_enabled(grad_masks is not None):
+        hidden_B_T_D = decoder(input_ids=tokens_B_T, attention_mask=attention_B_T).last_hidden_state
+        grad_sel = valid_B_T & wants_grad_B_T
+        logprobs_B_T = hidden_B_T_D.new_zeros(tokens_B_T.shape, dtype=torch.float32)
+        logprobs_B_T = logprobs_B_T.masked_scatter(
+            grad_sel, token_logprobs(lm_head, hidden_B_T_D[grad_sel], targets_B_T[grad_sel])
+        )
+        with torch.no_grad():
+            rest = valid_B_T & ~wants_grad_B_T
+            rest_logprobs = token_logprobs(lm_head, hidden_B_T_D[rest].detach(), targets_B_T[rest])
+    logprobs_B_T = logprobs_B_T.masked_scatter(rest, rest_logprobs)
+    return [logprobs_B_T[row, : datum.length] for row, datum in enumerate(datums)]
+
+
+def builtin_pass(
+    model: nn.Module,
+    datums: Sequence[PreparedDatum],
+    loss_fn: str,
+    config: dict[str, float],
+    precision: Precision,
+    pad_id: int,
+    backward: bool,
+) -> PassResult:
+    """Run a built-in loss over all datums, micro-batch by micro-batch (backward if asked)."""
+    outputs: list[torch.Tensor | None] = [None] * len(datums)
+    loss_sum = 0.0
+    for indices in micro_batches([d.length for d in datums], MAX_MICROBATCH_TOKENS):
+        batch = [datums[i] for i in indices]
+        masks = [gradient_mask(loss_fn, d.inputs) for d in batch] if backward else None
+        logprobs = _batch_logprobs(model, batch, masks, precision, pad_id)
+        losses = [per_token_loss(loss_fn, lp, _to(d.inputs, lp.device), config).sum() for lp, d in zip(logprobs, batch)]
+        total = torch.stack(losses).sum()
+        if backward and total.requires_grad:
+            total.backward()
+        loss_sum += float(total.detach())
+        for i, lp in zip(indices, logprobs):
+            outputs[i] = lp.detach().float().cpu()
+    return PassResult([lp for lp in outputs if lp is not None], loss_sum, {"loss:sum": loss_sum})
+
+
+def custom_pass(
+    model: nn.Module,
+    datums: Sequence[PreparedDatum],
+    user_data: list,
+    loss_fn: CustomLoss,
+    precision: Precision,
+    pad_id: int,
+) -> PassResult:
+    """One autograd pass through a user loss `loss_fn(data, logprobs_list) -> (loss, metrics)`."""
+    logprobs: list[torch.Tensor | None] = [None] * len(datums)
+    for indices in micro_batches([d.length for d in datums], MAX_MICROBATCH_TOKENS):
+        batch = [datums[i] for i in indices]
+        masks = [torch.ones(d.length, dtype=torch.bool) for d in batch]
+        for i, lp in zip(indices, _batch_logprobs(model, batch, masks, precision, pad_id)):
+            logprobs[i] = lp.cpu()
+    inputs = [lp for lp in logprobs if lp is not None]
+    loss, user_metrics = loss_fn(user_data, inputs)
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise TypeError(f"custom loss must return (scalar tensor, metrics); got {type(loss).__name__}")
+    loss.backward()
+    loss_sum = float(loss.detach())
+    metrics = {**{k: float(v) for k, v in user_metrics.items()}, "loss:sum": loss_sum}
+    return PassResult([lp.detach().float() for lp in inputs], loss_sum, metrics)
+
+
+def _to(inputs: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {key: value.to(device) for key, value in inputs.items()}

@@ -1,0 +1,25 @@
+"""Named errors for user mistakes. Invariants use `assert`; nothing here is caught broadly.
+
+Every message says what was wrong, where (file and line, datum index, config key) and what was
+expected, so the user can fix the input without reading our code.
+"""
+
+
+class RecipesError(Exception):
+    """Base class of the errors this project raises for bad input or configuration."""
+
+
+class ConfigurationError(RecipesError, ValueError):
+    """A setting is missing, unknown or inconsistent (model name, backend, API key, log dir)."""
+
+
+class DataFormatError(RecipesError, ValueError):
+    """Input data (a JSONL file, a datum, a conversation) does not have the expected shape."""
+
+
+class RendererError(RecipesError, ValueError):
+    """A conversation cannot be rendered or a renderer name is unknown."""
+
+
+class CheckpointError(RecipesError, ValueError):
+    """A checkpoint name or path is invalid, or the checkpoint does not exist."""

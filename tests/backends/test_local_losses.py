@@ -1,0 +1,126 @@
+"""Built-in losses of the local engine against the formulas, computed by hand from an independent
+forward pass of the same tiny model (a fresh LoRA adapter has B = 0, so it equals the base model)."""
+
+import numpy as np
+import pytest
+import torch
+from tinker import types
+
+from recipes_lib.backends.local.models import load_base_model
+from recipes_lib.exceptions import ConfigurationError, DataFormatError
+
+MODEL = "recipes/tiny-llama"
+
+
+def reference_logprobs(tokens: list[int], targets: list[int]) -> np.ndarray:
+    """log p(target_i | tokens[:i+1]) from a separately loaded copy of the model, in float64."""
+    model = load_base_model(MODEL)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([tokens])).logits[0].double()
+    return torch.log_softmax(logits, -1)[torch.arange(len(targets)), torch.tensor(targets)].numpy()
+
+
+def make_datums(rng: np.random.Generator) -> list[dict[str, np.ndarray]]:
+    """Two sequences of unequal length with weights, sampler log-probs and advantages."""
+    out = []
+    for length in (7, 12):
+        seq = rng.integers(3, 5000, size=length + 1)
+        out.append({"tokens": seq[:-1], "targets": seq[1:],
+                    "weights": (rng.random(length) > 0.3).astype(np.float32),
+                    "advantages": rng.normal(size=length).astype(np.float32)})
+    return out
+
+
+def to_datum(d: dict[str, np.ndarray], keys: tuple[str, ...]) -> types.Datum:
+    inputs = {"target_tokens": d["targets"].astype(np.int64)}
+    inputs.update({k: d[k].astype(np.float32) for k in keys})
+    return types.Datum(model_input=types.ModelInput.from_ints(d["tokens"].tolist()), loss_fn_inputs=inputs)
+
+
+@pytest.fixture(scope="module")
+def client(service_client):  # type: ignore[no-untyped-def]
+    return service_client.create_lora_training_client(MODEL, rank=4, seed=0)
+
+
+@pytest.fixture(scope="module")
+def data() -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(0)
+    datums = make_datums(rng)
+    for d in datums:
+        lp = reference_logprobs(d["tokens"].tolist(), d["targets"].tolist())
+        d["lp"] = lp
+        # Sampler log-probs chosen so the ratio r = exp(lp - q) lands below 0.8, inside, and above 1.2.
+        offsets = np.array([0.5, -0.5, 0.05, -0.05] * 4)[: len(lp)]
+        d["logprobs"] = (lp + offsets).astype(np.float32)
+    return datums
+
+
+def test_forward_logprobs_match_independent_forward(client, data) -> None:  # type: ignore[no-untyped-def]
+    out = client.forward([to_datum(d, ("weights",)) for d in data], "cross_entropy").result()
+    for d, o in zip(data, out.loss_fn_outputs):
+        np.testing.assert_allclose(o["logprobs"].to_numpy(), d["lp"], atol=1e-5)
+
+
+@pytest.mark.parametrize("loss_fn", ["cross_entropy", "importance_sampling", "ppo", "cispo", "dro"])
+def test_loss_equals_formula(client, data, loss_fn: str) -> None:  # type: ignore[no-untyped-def]
+    keys = ("weights",) if loss_fn == "cross_entropy" else ("logprobs", "advantages")
+    out = client.forward([to_datum(d, keys) for d in data], loss_fn).result()
+    expected = 0.0
+    for d in data:
+        lp, q, adv, w = d["lp"], d["logprobs"].astype(np.float64), d["advantages"], d["weights"]
+        ratio = np.exp(lp - q)
+        terms = {
+            "cross_entropy": -w * lp,
+            "importance_sampling": -ratio * adv,
+            "ppo": -np.minimum(ratio * adv, np.clip(ratio, 0.8, 1.2) * adv),
+            "cispo": -np.clip(ratio, 0.0, 4.0) * lp * adv,
+            "dro": -(lp * adv - 0.5 * 0.05 * (lp - q) ** 2),
+        }[loss_fn]
+        expected += terms.sum()
+    assert out.metrics["loss:sum"] == pytest.approx(expected, rel=1e-5, abs=1e-5)
+
+
+def test_ppo_clips_on_both_sides(client, data) -> None:  # type: ignore[no-untyped-def]
+    """With thresholds (0.9, 1.1) the clipped branch is taken for ratios on both sides."""
+    d = data[1]
+    ratio = np.exp(d["lp"] - d["logprobs"].astype(np.float64))
+    assert (ratio < 0.9).any() and (ratio > 1.1).any()
+    out = client.forward([to_datum(d, ("logprobs", "advantages"))], "ppo",
+                         {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}).result()
+    adv = d["advantages"]
+    expected = -np.minimum(ratio * adv, np.clip(ratio, 0.9, 1.1) * adv).sum()
+    unclipped = -(ratio * adv).sum()
+    assert out.metrics["loss:sum"] == pytest.approx(expected, rel=1e-5)
+    assert expected != pytest.approx(unclipped, rel=1e-3)
+
+
+def test_cispo_gradient_is_clipped_coefficient(service_client) -> None:  # type: ignore[no-untyped-def]
+    """d(loss)/d(lp) = -clip(r) * A: the ratio is a constant coefficient, not differentiated."""
+    from recipes_lib.backends.local.losses import per_token_loss
+
+    lp = torch.tensor([-1.0, -2.0, -0.5], requires_grad=True)
+    inputs = {"logprobs": torch.tensor([-2.0, -1.0, -0.5]), "advantages": torch.tensor([1.0, 2.0, -1.0])}
+    per_token_loss("cispo", lp, inputs, {"clip_low_threshold": 0.0, "clip_high_threshold": 2.0}).sum().backward()
+    ratio = np.exp(np.array([1.0, -1.0, 0.0]))
+    np.testing.assert_allclose(lp.grad.numpy(), -np.clip(ratio, 0, 2) * np.array([1.0, 2.0, -1.0]), rtol=1e-6)
+
+
+def test_bad_loss_inputs_name_the_datum_and_key(client, data) -> None:  # type: ignore[no-untyped-def]
+    good = to_datum(data[0], ("weights",))
+    with pytest.raises(ConfigurationError, match="Unknown loss_fn 'nll'"):
+        client.forward_backward([good], "nll")
+    with pytest.raises(ConfigurationError, match="not used by 'ppo'"):
+        client.forward_backward([to_datum(data[0], ("logprobs", "advantages"))], "ppo", {"beta": 1.0})
+    with pytest.raises(DataFormatError, match=r"datum 1: loss_fn_inputs is missing \['advantages'\]"):
+        client.forward_backward([to_datum(data[0], ("logprobs", "advantages")), to_datum(data[1], ("logprobs",))],
+                                "importance_sampling")
+    short = types.Datum(model_input=good.model_input,
+                        loss_fn_inputs={"target_tokens": data[0]["targets"][:-1], "weights": data[0]["weights"][:-1]})
+    with pytest.raises(DataFormatError, match=r"datum 0: loss_fn_inputs\['target_tokens'\] has shape \[6\], expected \[7\]"):
+        client.forward_backward([short], "cross_entropy")
+    with pytest.raises(DataFormatError, match="empty list"):
+        client.forward_backward([], "cross_entropy")
+    huge = types.Datum(model_input=types.ModelInput.from_ints([1, 10**6]),
+                       loss_fn_inputs={"target_tokens": [2, 3], "weights": [1.0, 1.0]})
+    with pytest.raises(DataFormatError, match="outside"):
+        client.forward_backward([huge], "cross_entropy")
