@@ -55,7 +55,8 @@ class BaseEntry:
 
     @property
     def vocab_size(self) -> int:
-        return int(self.model.get_input_embeddings().weight.shape[0])
+        embeddings: Any = self.model.get_input_embeddings()
+        return int(embeddings.weight.shape[0])
 
     @property
     def pad_id(self) -> int:
@@ -115,7 +116,12 @@ class LocalEngine:
         """The loaded base model `name` (loaded on first use, then shared)."""
         with self._load_lock:
             if name not in self._bases:
-                model = load_base_model(name).to(self.precision.device)
+                model: Any = load_base_model(name)
+                model.to(self.precision.device)
+                if self.precision.autocast is not None:
+                    # The base is frozen, so it needs no fp32 master copy: storing it in the compute
+                    # dtype saves autocast's per-step weight casts (~9 % of a step) and half the memory.
+                    model.to(self.precision.autocast)
                 self._bases[name] = BaseEntry(name, model, AdapterHost(model), self.precision, max_context_length(name))
             return self._bases[name]
 

@@ -14,12 +14,13 @@ import copy
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
+from peft import PeftModel
 from tinker import types
 from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
-from peft import PeftModel
 from torch import nn
 from transformers import PreTrainedModel
 
@@ -43,8 +44,8 @@ class SamplerModel:
         """
         self.precision = precision
         self._base_weights = base_linear_weights
-        copied = copy.deepcopy(live_model)
-        self.model: PreTrainedModel = copied.unload() if isinstance(copied, PeftModel) else copied
+        copied: Any = copy.deepcopy(live_model)
+        self.model: Any = copied.unload() if isinstance(copied, PeftModel) else copied
         self.model.to(device=precision.device, dtype=precision.sampler_dtype)
         head = self.model.get_output_embeddings()
         head.weight = nn.Parameter(head.weight.detach().clone(), requires_grad=False)  # untie from embeddings
@@ -120,7 +121,7 @@ def generate(
     prompt_index = {p: i for i, p in enumerate(prompts)}
     rows = [_make_row(j, s, prompt_index[tuple(job.prompt)], job, max_context, precision)
             for j, job in enumerate(jobs) for s in range(job.num_samples)]
-    with torch.inference_mode(), precision.context():
+    with torch.inference_mode():
         cache, logits_P_V, mask_P_L = _prefill(model, prompts, precision)
         expand = torch.tensor([row.prompt for row in rows], device=precision.device)
         cache.reorder_cache(expand)
@@ -146,7 +147,7 @@ def _make_row(j: int, s: int, p: int, job: SampleJob, max_context: int, precisio
 
 def _prefill(
     model: PreTrainedModel, prompts: Sequence[tuple[int, ...]], precision: Precision
-) -> tuple[object, torch.Tensor, torch.Tensor]:
+) -> tuple[Any, torch.Tensor, torch.Tensor]:
     """Left-padded forward over the distinct prompts; returns the cache, last logits, mask."""
     width = max(len(p) for p in prompts)
     tokens = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -163,7 +164,7 @@ def _prefill(
 def _decode(
     model: PreTrainedModel,
     rows: list[_Row],
-    cache: object,
+    cache: Any,
     logits_R_V: torch.Tensor,
     mask_R_L: torch.Tensor,
     tokenizer: object,
@@ -178,35 +179,44 @@ def _decode(
             return
         if len(keep) < len(active):
             index = torch.tensor(keep, device=precision.device)
-            cache.reorder_cache(index)  # type: ignore[attr-defined]
+            cache.reorder_cache(index)
             mask_R_L, positions_R, next_tokens = mask_R_L[index], positions_R[index], next_tokens[index]
             active = [active[i] for i in keep]
         mask_R_L = torch.cat([mask_R_L, mask_R_L.new_ones((len(active), 1))], dim=1)
-        out = model(input_ids=next_tokens[:, None], attention_mask=mask_R_L, position_ids=positions_R[:, None],
-                    cache=cache, use_cache=True)
+        out = model(input_ids=next_tokens[:, None], attention_mask=mask_R_L,
+                    position_ids=positions_R[:, None], cache=cache, use_cache=True)
         logits_R_V = out.logits[:, -1].float()
         positions_R = positions_R + 1
 
 
 def _choose(active: list[_Row], logits_R_V: torch.Tensor, tokenizer: object) -> torch.Tensor:
-    """Pick each row's next token, record it with its log-prob, and mark rows that stop."""
+    """Pick each row's next token, record it with its log-prob, and mark rows that stop.
+
+    Sampling is by inverse CDF: one uniform draw per row from the row's own generator (so a seed
+    reproduces a row whatever else shares the batch), then one vectorised search over the
+    cumulative probabilities of all rows.
+    """
     temps = torch.tensor([r.temperature if r.temperature > 0 else 1.0 for r in active], device=logits_R_V.device)
     logprobs_R_V = torch.log_softmax(logits_R_V / temps[:, None], dim=-1)
-    chosen = []
+    probs_R_V = logprobs_R_V.exp()
     for i, row in enumerate(active):
-        if row.temperature <= 0:
-            token = int(torch.argmax(logits_R_V[i]))
-        else:
-            probs = _truncate(logprobs_R_V[i].exp(), row.top_k, row.top_p)
-            token = int(torch.multinomial(probs, 1, generator=row.generator))
+        if row.temperature > 0 and (0 < row.top_k < probs_R_V.shape[1] or row.top_p < 1.0):
+            probs_R_V[i] = _truncate(probs_R_V[i], row.top_k, row.top_p)
+    cdf_R_V = probs_R_V.cumsum(dim=-1)
+    uniforms_R = torch.stack([torch.rand((), generator=r.generator, device=logits_R_V.device) for r in active])
+    sampled_R = torch.searchsorted(cdf_R_V, (uniforms_R * cdf_R_V[:, -1])[:, None]).squeeze(-1)
+    sampled_R = sampled_R.clamp(max=logits_R_V.shape[1] - 1)
+    greedy_R = logits_R_V.argmax(dim=-1)
+    chosen_R = torch.where(temps.new_tensor([r.temperature > 0 for r in active]).bool(), sampled_R, greedy_R)
+    chosen_logprobs = logprobs_R_V.gather(-1, chosen_R[:, None]).squeeze(-1).tolist()
+    for row, token, logprob in zip(active, chosen_R.tolist(), chosen_logprobs):
         row.tokens.append(token)
-        row.logprobs.append(float(logprobs_R_V[i, token]))
+        row.logprobs.append(logprob)
         if token in row.stop_ids or _hits_stop_string(row, tokenizer):
             row.stop_reason = "stop"
         elif len(row.tokens) >= row.max_tokens:
             row.stop_reason = "length"
-        chosen.append(token)
-    return torch.tensor(chosen, device=logits_R_V.device)
+    return chosen_R
 
 
 def _truncate(probs_V: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -241,7 +251,7 @@ def score(
     """
     decoder, lm_head = model.get_decoder(), model.get_output_embeddings()
     results: list[tuple[np.ndarray, TopkLogprobs | None]] = [(np.zeros(0), None)] * len(prompts)
-    with torch.inference_mode(), precision.context():
+    with torch.inference_mode():
         for indices in micro_batches([len(p) for p in prompts], MAX_MICROBATCH_TOKENS):
             tokens, mask = pad_right_tokens([prompts[i] for i in indices])
             tokens, mask = tokens.to(precision.device), mask.to(precision.device)

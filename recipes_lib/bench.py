@@ -1,0 +1,150 @@
+"""`make bench`: local-engine speed on this machine, side by side with the machine's own peak.
+
+Prints, for SmolLM2-135M with LoRA rank 32, in fp32 and bf16 autocast:
+
+- training tokens/s of `forward_backward` + `optim_step` on 8 x 128 tokens (every token weighted,
+  and a prompt-masked variant where 1 token in 4 carries loss);
+- sampling tokens/s for 8 distinct prompts x 64 new tokens, and 1 prompt with `num_samples=8`;
+- the matmul peak measured in the same run, and achieved/peak (model FLOPs from the config:
+  4 N per trained token, forward plus activation gradients, N = matmul weights incl. unembedding),
+  and decoding speed against the weight-streaming bound (memory bandwidth measured here too).
+
+Run: `python -m recipes_lib.bench [--repeats 5] [--precisions float32,bfloat16] [--json out.json]`.
+Medians over repeats after one warm-up; this 2-core VM is noisy, so read ratios, not digits.
+"""
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from tinker import types
+
+from recipes_lib.backends.local.clients import ServiceClient
+from recipes_lib.paths import SMOLLM2_NAME
+
+
+def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def matmul_peak(dtype: torch.dtype, repeats: int = 5) -> float:
+    """Best median GFLOP/s over model-shaped and square GEMMs."""
+    shapes = [(1024, 576, 1536), (1024, 1536, 576), (1024, 1024, 1024), (2048, 2048, 2048)]
+    best = 0.0
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+        out = torch.empty(m, n, dtype=dtype)
+        calls = max(1, int(2e9 / (2 * m * k * n)))
+
+        def run(a: torch.Tensor = a, b: torch.Tensor = b, out: torch.Tensor = out, calls: int = calls) -> None:
+            for _ in range(calls):
+                torch.matmul(a, b, out=out)
+
+        best = max(best, 2 * m * k * n * calls / _median_seconds(run, repeats) / 1e9)
+    return best
+
+
+def memory_bandwidth(repeats: int = 5) -> float:
+    """GB/s reading a 512 MiB tensor (a sum)."""
+    x = torch.ones(128 * 1024 * 1024, dtype=torch.float32)
+    return x.numel() * 4 / _median_seconds(lambda: x.sum(), repeats) / 1e9
+
+
+def model_flops_per_token(model: torch.nn.Module) -> float:
+    """4 N: forward (2 N) plus activation gradients (2 N); N counts every matmul weight once."""
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    return 4.0 * linear
+
+
+def bench_training(service: ServiceClient, repeats: int, loss_fraction: float) -> float:
+    client = service.create_lora_training_client(SMOLLM2_NAME, rank=32, seed=0)
+    rng = np.random.default_rng(0)
+    datums = []
+    for _ in range(8):
+        tokens = rng.integers(100, 40000, size=129)
+        weights = (np.arange(128) >= 128 * (1 - loss_fraction)).astype(np.float32)
+        datums.append(types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1].tolist()),
+                                  loss_fn_inputs={"target_tokens": types.TensorData.from_numpy(tokens[1:]),
+                                                  "weights": types.TensorData.from_numpy(weights)}))
+
+    def step() -> None:
+        client.forward_backward(datums, "cross_entropy")
+        client.optim_step(types.AdamParams(learning_rate=1e-5)).result()
+
+    return 8 * 128 / _median_seconds(step, repeats)
+
+
+def bench_sampling(service: ServiceClient, repeats: int, shared_prompt: bool) -> float:
+    sampler = service.create_sampling_client(base_model=SMOLLM2_NAME)
+    tokenizer = sampler.get_tokenizer()
+    questions = [f"Tell me a short story about the number {i}." for i in range(8)]
+    prompts = [types.ModelInput.from_ints(tokenizer.encode(q)) for q in questions]
+    params = types.SamplingParams(max_tokens=64, temperature=1.0, seed=0)
+
+    def run() -> None:
+        if shared_prompt:
+            sampler.sample(prompts[0], 8, params).result()
+        else:
+            futures = [sampler.sample(p, 1, params) for p in prompts]
+            for f in futures:
+                f.result()
+
+    return 8 * 64 / _median_seconds(run, repeats)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--precisions", default="float32,bfloat16")
+    parser.add_argument("--json", default=None, help="also write the figures to this file")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    peaks = {"float32": matmul_peak(torch.float32), "bfloat16": matmul_peak(torch.bfloat16)}
+    bandwidth = memory_bandwidth()
+    print(f"machine: {torch.get_num_threads()} threads; matmul peak fp32 {peaks['float32']:.0f} GFLOP/s, "
+          f"bf16 {peaks['bfloat16']:.0f} GFLOP/s; memory read {bandwidth:.0f} GB/s")
+    results: dict[str, dict[str, float]] = {}
+    for precision in args.precisions.split(","):
+        service = ServiceClient(precision=precision, device="cpu")  # type: ignore[arg-type]
+        base = service.create_sampling_client(base_model=SMOLLM2_NAME)._snapshot.base  # noqa: SLF001
+        flops = model_flops_per_token(base.model)
+        row = {
+            "train_tok_s": bench_training(service, args.repeats, 1.0),
+            "train_masked_tok_s": bench_training(service, args.repeats, 0.25),
+            "sample_8_prompts_tok_s": bench_sampling(service, args.repeats, shared_prompt=False),
+            "sample_1_prompt_x8_tok_s": bench_sampling(service, args.repeats, shared_prompt=True),
+        }
+        row["train_gflop_s"] = row["train_tok_s"] * flops / 1e9
+        row["train_frac_of_peak"] = row["train_gflop_s"] / peaks[precision]
+        weight_bytes = sum(p.numel() for p in base.model.parameters()) * (4 if precision == "float32" else 2)
+        row["decode_bound_tok_s"] = 8 * bandwidth * 1e9 / weight_bytes
+        row["decode_frac_of_bound"] = row["sample_8_prompts_tok_s"] / row["decode_bound_tok_s"]
+        results[precision] = row
+        print(f"\n[{precision}] model {flops / 1e6:.0f} MFLOP/token (trained)")
+        print(f"  train fwd+bwd+adam 8x128, all tokens weighted : {row['train_tok_s']:7.1f} tok/s "
+              f"= {row['train_gflop_s']:.0f} GFLOP/s = {row['train_frac_of_peak']:.0%} of {precision} peak")
+        print(f"  train 8x128, 1 token in 4 weighted            : {row['train_masked_tok_s']:7.1f} tok/s")
+        print(f"  sample 8 prompts x 64 tokens                  : {row['sample_8_prompts_tok_s']:7.1f} tok/s "
+              f"= {row['decode_frac_of_bound']:.0%} of the weight-streaming bound ({row['decode_bound_tok_s']:.0f})")
+        print(f"  sample 1 prompt x 8 samples x 64 tokens       : {row['sample_1_prompt_x8_tok_s']:7.1f} tok/s")
+    if len(results) == 2:
+        fp32, bf16 = results["float32"], results["bfloat16"]
+        print(f"\nbf16/fp32: training {bf16['train_tok_s'] / fp32['train_tok_s']:.2f}x, "
+              f"sampling {bf16['sample_8_prompts_tok_s'] / fp32['sample_8_prompts_tok_s']:.2f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"peaks_gflop_s": peaks, "bandwidth_gb_s": bandwidth, "results": results}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Renderers: chat messages to the exact tokens of a model's chat template, and back.
+
+    tokenizer = get_tokenizer("Qwen/Qwen3-8B")
+    renderer = get_renderer("qwen3", tokenizer)
+    prompt = renderer.build_generation_prompt(messages)                  # tinker ModelInput
+    model_input, weights_T = renderer.build_supervised_example(messages)  # weights 1 on trained tokens
+    message, ok = renderer.parse_response(sampled_tokens)
+
+Built-in names: role_colon, llama3, qwen3, qwen3_disable_thinking, qwen3_instruct, chatml, smollm2
+(`recipes_lib.model_info.get_recommended_renderer_name(model)` picks one). Add your own with
+`register_renderer(name, factory)`, where `factory(tokenizer)` returns a `Renderer`.
+"""
+
+from collections.abc import Callable
+
+from recipes_lib.exceptions import RendererError
+from recipes_lib.tokenizers import Tokenizer
+from renderers.base import Message, Renderer, ToolCall, ToolSpec, TrainOnWhat
+from renderers.chatml import ChatMLRenderer, SmolLM2Renderer
+from renderers.llama3 import Llama3Renderer
+from renderers.qwen3 import Qwen3DisableThinkingRenderer, Qwen3InstructRenderer, Qwen3Renderer
+from renderers.role_colon import RoleColonRenderer
+
+__all__ = [
+    "Message",
+    "Renderer",
+    "RendererFactory",
+    "ToolCall",
+    "ToolSpec",
+    "TrainOnWhat",
+    "get_registered_renderer_names",
+    "get_renderer",
+    "register_renderer",
+    "unregister_renderer",
+]
+
+RendererFactory = Callable[[Tokenizer], Renderer]
+
+_BUILT_IN: dict[str, RendererFactory] = {
+    "role_colon": RoleColonRenderer,
+    "llama3": Llama3Renderer,
+    "qwen3": Qwen3Renderer,
+    "qwen3_disable_thinking": Qwen3DisableThinkingRenderer,
+    "qwen3_instruct": Qwen3InstructRenderer,
+    "chatml": ChatMLRenderer,
+    "smollm2": SmolLM2Renderer,
+}
+_registered: dict[str, RendererFactory] = {}
+
+
+def register_renderer(name: str, factory: RendererFactory) -> None:
+    """Make `get_renderer(name, tokenizer)` return `factory(tokenizer)`; takes precedence over built-ins."""
+    _registered[name] = factory
+
+
+def unregister_renderer(name: str) -> None:
+    """Undo `register_renderer(name, ...)`."""
+    _registered.pop(name, None)
+
+
+def get_registered_renderer_names() -> list[str]:
+    """Every name `get_renderer` accepts, sorted."""
+    return sorted(_BUILT_IN.keys() | _registered.keys())
+
+
+def get_renderer(name: str, tokenizer: Tokenizer) -> Renderer:
+    """The renderer called `name` over `tokenizer`.
+
+    Raises:
+        RendererError: `name` is unknown (the message lists the known names), or the tokenizer
+            lacks the special tokens the format needs.
+    """
+    factory = _registered.get(name) or _BUILT_IN.get(name)
+    if factory is None:
+        raise RendererError(f"Unknown renderer {name!r}. Known renderers: {get_registered_renderer_names()}.")
+    return factory(tokenizer)

