@@ -1,0 +1,52 @@
+"""Evaluators the training loops run on a schedule (`evaluator_builders` / `eval_every`).
+
+An evaluator is built once by its builder and called at each due step; it returns metrics whose
+keys carry its own prefix (`test/nll`, `test/exact_match`, ...), logged as they are.
+
+- `TrainingClientEvaluator` reads the training client (e.g. NLL on a held-out set via `forward`);
+- `SamplingClientEvaluator` samples from a snapshot of the current weights (e.g. accuracy).
+"""
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+
+from recipes_lib.backends.protocols import SamplingClient, TrainingClient
+
+
+class TrainingClientEvaluator(ABC):
+    """Evaluates the weights of a training client without changing them."""
+
+    @abstractmethod
+    async def __call__(self, training_client: TrainingClient) -> dict[str, float]: ...
+
+
+class SamplingClientEvaluator(ABC):
+    """Evaluates a sampling client (an immutable snapshot of weights)."""
+
+    @abstractmethod
+    async def __call__(self, sampling_client: SamplingClient) -> dict[str, float]: ...
+
+
+Evaluator = TrainingClientEvaluator | SamplingClientEvaluator
+EvaluatorBuilder = Callable[[], Evaluator]
+SamplingClientEvaluatorBuilder = Callable[[], SamplingClientEvaluator]
+
+
+async def run_evaluators(
+    evaluators: Sequence[Evaluator],
+    training_client: TrainingClient,
+    sampling_client: Callable[[], SamplingClient],
+) -> dict[str, float]:
+    """Run each evaluator on the current weights and merge their metrics.
+
+    `sampling_client` is called at most once, only if a sampling evaluator needs a snapshot.
+    """
+    metrics: dict[str, float] = {}
+    snapshot: SamplingClient | None = None
+    for evaluator in evaluators:
+        if isinstance(evaluator, SamplingClientEvaluator):
+            snapshot = snapshot if snapshot is not None else sampling_client()
+            metrics.update(await evaluator(snapshot))
+        else:
+            metrics.update(await evaluator(training_client))
+    return metrics

@@ -1,0 +1,111 @@
+"""`checkpoints.jsonl`: the record of a run's saved checkpoints, and resuming from it.
+
+Each save appends one line `{"name", "batch", "epoch", "state_path", "sampler_path", ...}`.
+`batch` is the *next* batch to run, so a resumed run continues after the last finished batch and
+never replays it. Re-running a command on an existing log folder resumes from the last line that
+has a `state_path` (weights and optimizer state).
+"""
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from recipes_lib.backends.protocols import ServiceClient, TrainingClient
+
+CHECKPOINTS_FILE = "checkpoints.jsonl"
+SaveKind = Literal["state", "sampler", "both"]
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """One line of `checkpoints.jsonl`."""
+
+    name: str
+    batch: int
+    epoch: int = 0
+    final: bool = False
+    state_path: str | None = None
+    sampler_path: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        row = {k: v for k, v in asdict(self).items() if k != "extra" and v is not None}
+        return {**row, **self.extra}
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> "CheckpointRecord":
+        known = {"name", "batch", "epoch", "final", "state_path", "sampler_path"}
+        extra = {k: v for k, v in row.items() if k not in known}
+        return cls(**{k: v for k, v in row.items() if k in known}, extra=extra)
+
+
+def load_checkpoints(log_dir: Path | str) -> list[CheckpointRecord]:
+    """Every complete line of `checkpoints.jsonl` (none if the file does not exist)."""
+    path = Path(log_dir) / CHECKPOINTS_FILE
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(CheckpointRecord.from_json(json.loads(line)))
+        except (json.JSONDecodeError, TypeError):
+            continue  # a line cut short by a kill
+    return records
+
+
+def last_resumable(log_dir: Path | str) -> CheckpointRecord | None:
+    """The last checkpoint with a `state_path`, or None for a fresh run."""
+    resumable = [r for r in load_checkpoints(log_dir) if r.state_path]
+    return resumable[-1] if resumable else None
+
+
+def save_checkpoint(
+    training_client: TrainingClient,
+    log_dir: Path | str,
+    name: str,
+    batch: int,
+    epoch: int = 0,
+    kind: SaveKind = "both",
+    final: bool = False,
+    extra: dict[str, Any] | None = None,
+) -> CheckpointRecord:
+    """Save state and/or sampler weights, wait for both, then append the record.
+
+    The line is written only after the checkpoint exists, so every `state_path` in the file loads.
+    """
+    state = training_client.save_state(name) if kind in ("state", "both") else None
+    sampler = training_client.save_weights_for_sampler(name) if kind in ("sampler", "both") else None
+    record = CheckpointRecord(
+        name=name,
+        batch=batch,
+        epoch=epoch,
+        final=final,
+        state_path=state.result().path if state is not None else None,
+        sampler_path=sampler.result().path if sampler is not None else None,
+        extra=extra or {},
+    )
+    path = Path(log_dir) / CHECKPOINTS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record.to_json()) + "\n")
+    return record
+
+
+def create_or_resume_training_client(
+    service_client: ServiceClient,
+    model_name: str,
+    lora_rank: int,
+    resume: CheckpointRecord | None,
+    load_checkpoint_path: str | None = None,
+) -> TrainingClient:
+    """Resume weights + optimizer from `resume`, else start from `load_checkpoint_path`'s weights,
+    else a fresh LoRA adapter on `model_name`."""
+    if resume is not None and resume.state_path:
+        created = service_client.create_training_client_from_state_with_optimizer(resume.state_path)
+    elif load_checkpoint_path:
+        created = service_client.create_training_client_from_state(load_checkpoint_path)
+    else:
+        created = service_client.create_lora_training_client(base_model=model_name, rank=lora_rank)
+    client: TrainingClient = created.result()  # SDK 0.38 returns a future of the client
+    return client

@@ -1,0 +1,211 @@
+"""One metrics path for every pipeline: `log_metrics(metrics, step)` to JSONL, console and W&B.
+
+- `metrics.jsonl`: one flat JSON object per step, appended and flushed per line, so a killed run
+  loses nothing it wrote; on resume, lines at or after the resumed step are dropped first (they
+  will be logged again), as is a line cut short by a kill.
+- `config.json`: the resolved config; fields named like secrets (`api_key`) are never written.
+- the console: a rich table of each step's metrics and a progress bar with ETA.
+- Weights & Biases when `wandb_project` is set (and the package is installed).
+"""
+
+import dataclasses
+import enum
+import json
+import logging as std_logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import chz
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+logger = std_logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+CONFIG_FILE = "config.json"
+SECRET_FIELDS = ("api_key", "token", "password", "secret")
+
+Metrics = Mapping[str, float | int | str | None]
+
+
+class MetricsLogger(Protocol):
+    def log_metrics(self, metrics: Metrics, step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def dump_config(value: Any) -> Any:
+    """A JSON-able view of a config: chz objects and dataclasses become dicts, secrets are dropped."""
+    if chz.is_chz(value):
+        return {k: _redacted(k, dump_config(v)) for k, v in chz.asdict(value, shallow=True).items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _redacted(f.name, dump_config(getattr(value, f.name))) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): _redacted(str(k), dump_config(v)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [dump_config(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if callable(value):
+        return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', type(value).__name__)}"
+    return repr(value)
+
+
+def _redacted(key: str, value: Any) -> Any:
+    if value is not None and any(secret in key.lower() for secret in SECRET_FIELDS):
+        return "<redacted>"
+    return value
+
+
+class JsonlLogger:
+    """Appends one JSON line per `log_metrics` call to `<log_dir>/metrics.jsonl`."""
+
+    def __init__(self, log_dir: Path, resume_from_step: int | None = None):
+        self.path = Path(log_dir) / METRICS_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_from_step is not None:
+            truncate_metrics(self.path, resume_from_step)
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def log_metrics(self, metrics: Metrics, step: int) -> None:
+        row = {"step": step, **{k: _json_number(v) for k, v in metrics.items()}}
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _json_number(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN/inf; pandas reads null as NaN
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def read_metrics(log_dir: Path | str) -> list[dict[str, Any]]:
+    """The complete lines of `metrics.jsonl` (a line cut short by a kill is skipped)."""
+    path = Path(log_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def truncate_metrics(path: Path, resume_from_step: int) -> None:
+    """Keep the complete lines with `step < resume_from_step` (rewritten atomically)."""
+    if not path.exists():
+        return
+    kept = [row for row in read_metrics(path.parent) if row.get("step", -1) < resume_from_step]
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_config(log_dir: Path, config: Any) -> None:
+    """Write `config.json` (the resolved config, secrets redacted) atomically."""
+    path = Path(log_dir) / CONFIG_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(dump_config(config), indent=2, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class ConsoleLogger:
+    """A rich table per step and a progress bar with ETA over `total_steps`."""
+
+    def __init__(self, total_steps: int, start_step: int = 0, console: Console | None = None):
+        self.console = console or Console(stderr=False)
+        self._progress = Progress(
+            TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("eta"), TimeRemainingColumn(), console=self.console, transient=False,
+            disable=not self.console.is_terminal,
+        )
+        self._task = self._progress.add_task("steps", total=total_steps, completed=start_step)
+        self._progress.start()
+
+    def log_metrics(self, metrics: Metrics, step: int) -> None:
+        table = Table(title=f"step {step}", show_header=False, min_width=40)
+        for key in sorted(metrics):
+            table.add_row(key, _format(metrics[key]))
+        self._progress.console.print(table)
+        self._progress.update(self._task, completed=step + 1)
+
+    def close(self) -> None:
+        self._progress.stop()
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+class WandbLogger:
+    """Logs to Weights & Biases (needs `pip install wandb` and a W&B login)."""
+
+    def __init__(self, project: str, name: str | None, config: Any, log_dir: Path):
+        import wandb
+
+        self._run = wandb.init(project=project, name=name, config=dump_config(config), dir=str(log_dir),
+                               resume="allow")
+
+    def log_metrics(self, metrics: Metrics, step: int) -> None:
+        self._run.log(dict(metrics), step=step)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+class MultiplexLogger:
+    """Sends every call to each logger in turn."""
+
+    def __init__(self, loggers: Sequence[MetricsLogger]):
+        self.loggers = list(loggers)
+
+    def log_metrics(self, metrics: Metrics, step: int) -> None:
+        for target in self.loggers:
+            target.log_metrics(metrics, step)
+
+    def close(self) -> None:
+        for target in self.loggers:
+            target.close()
+
+
+def setup_logging(
+    log_dir: Path | str,
+    config: Any,
+    total_steps: int,
+    start_step: int = 0,
+    wandb_project: str | None = None,
+    wandb_name: str | None = None,
+    console: bool = True,
+) -> MultiplexLogger:
+    """The run's loggers: `config.json` written, `metrics.jsonl` opened (truncated on resume)."""
+    log_dir = Path(log_dir)
+    write_config(log_dir, config)
+    loggers: list[MetricsLogger] = [JsonlLogger(log_dir, resume_from_step=start_step)]
+    if console:
+        loggers.append(ConsoleLogger(total_steps, start_step))
+    if wandb_project:
+        loggers.append(WandbLogger(wandb_project, wandb_name, config, log_dir))
+    return MultiplexLogger(loggers)
