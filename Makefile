@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup demo test test-all bench typecheck lint clean
+.PHONY: setup demo test test-fast bench typecheck lint clean
 
 # Idempotent: re-runs the install only when the project's requirements change.
 setup: $(STAMP)
@@ -25,15 +25,18 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
-# The default suite plus the tests on the real SmolLM2 model.
-test-all: setup
-	$(BIN)/python -m pytest -q --run-slow
+# Quick feedback while developing: everything except the tests on the real SmolLM2 model.
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: setup
 	$(BIN)/python -m recipes_lib.bench
 
 typecheck: setup
 	$(BIN)/python -m mypy recipes_lib renderers supervised rl preference eval recipes
+
+lint: setup
+	$(BIN)/ruff check .
 
 clean:
 	rm -rf $(VENV) build *.egg-info

