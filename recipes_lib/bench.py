@@ -5,6 +5,7 @@ Prints, for SmolLM2-135M with LoRA rank 32, in fp32 and bf16 autocast:
 - training tokens/s of `forward_backward` + `optim_step` on 8 x 128 tokens (every token weighted,
   and a prompt-masked variant where 1 token in 4 carries loss);
 - sampling tokens/s for 8 distinct prompts x 64 new tokens, and 1 prompt with `num_samples=8`;
+- peers measured in the same run: a plain peft training loop (full-logits loss) and HF `generate`;
 - the matmul peak measured in the same run, and achieved/peak (model FLOPs from the config:
   4 N per trained token, forward plus activation gradients, N = matmul weights incl. unembedding),
   and decoding speed against the weight-streaming bound (memory bandwidth measured here too).
@@ -18,6 +19,7 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -102,6 +104,50 @@ def bench_sampling(service: ServiceClient, repeats: int, shared_prompt: bool) ->
     return 8 * 64 / _median_seconds(run, repeats)
 
 
+def peer_training(precision: str, repeats: int) -> float:
+    """The straightforward peft loop as a peer: full-logits loss through `labels`, AdamW, 8 x 128."""
+    from peft import LoraConfig, get_peft_model
+
+    from recipes_lib.backends.local.models import load_base_model
+
+    model = get_peft_model(load_base_model(SMOLLM2_NAME), LoraConfig(
+        r=32, lora_alpha=32, lora_dropout=0.0, task_type="CAUSAL_LM",
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]))
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    tokens = torch.randint(100, 40000, (8, 128))
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16")
+
+    def step() -> None:
+        with autocast:
+            loss = model(input_ids=tokens, labels=tokens).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return 8 * 128 / _median_seconds(step, repeats)
+
+
+def peer_sampling(precision: str, repeats: int) -> float:
+    """HF `generate` on the base model (what a merged adapter costs) as a peer: 8 prompts x 64 tokens."""
+    from recipes_lib.backends.local.models import load_base_model
+    from recipes_lib.tokenizers import get_tokenizer
+
+    dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
+    model: Any = load_base_model(SMOLLM2_NAME)
+    model.to(dtype)
+    tokenizer = get_tokenizer(SMOLLM2_NAME)
+    tokenizer.padding_side = "left"
+    batch = tokenizer([f"Tell me a short story about the number {i}." for i in range(8)], return_tensors="pt",
+                      padding=True)
+
+    def run() -> None:
+        with torch.inference_mode():
+            model.generate(**batch, max_new_tokens=64, min_new_tokens=64, do_sample=True, temperature=1.0,
+                           top_k=0, top_p=1.0, pad_token_id=tokenizer.pad_token_id)
+
+    return 8 * 64 / _median_seconds(run, repeats)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
@@ -123,6 +169,8 @@ def main() -> None:
             "train_masked_tok_s": bench_training(service, args.repeats, 0.25),
             "sample_8_prompts_tok_s": bench_sampling(service, args.repeats, shared_prompt=False),
             "sample_1_prompt_x8_tok_s": bench_sampling(service, args.repeats, shared_prompt=True),
+            "peer_train_tok_s": peer_training(precision, args.repeats),
+            "peer_sample_tok_s": peer_sampling(precision, args.repeats),
         }
         row["train_gflop_s"] = row["train_tok_s"] * flops / 1e9
         row["train_frac_of_peak"] = row["train_gflop_s"] / peaks[precision]
@@ -137,6 +185,10 @@ def main() -> None:
         print(f"  sample 8 prompts x 64 tokens                  : {row['sample_8_prompts_tok_s']:7.1f} tok/s "
               f"= {row['decode_frac_of_bound']:.0%} of the weight-streaming bound ({row['decode_bound_tok_s']:.0f})")
         print(f"  sample 1 prompt x 8 samples x 64 tokens       : {row['sample_1_prompt_x8_tok_s']:7.1f} tok/s")
+        print(f"  peer: plain peft loop, full logits            : {row['peer_train_tok_s']:7.1f} tok/s "
+              f"-> ours {row['train_tok_s'] / row['peer_train_tok_s']:.2f}x")
+        print(f"  peer: HF generate, 8 prompts x 64 tokens      : {row['peer_sample_tok_s']:7.1f} tok/s "
+              f"-> ours {row['sample_8_prompts_tok_s'] / row['peer_sample_tok_s']:.2f}x")
     if len(results) == 2:
         fp32, bf16 = results["float32"], results["bfloat16"]
         print(f"\nbf16/fp32: training {bf16['train_tok_s'] / fp32['train_tok_s']:.2f}x, "

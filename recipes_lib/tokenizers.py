@@ -30,7 +30,7 @@ from typing import Any
 
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.model_info import MODELS
-from recipes_lib.paths import SMOLLM2_NAME, recipes_home, smollm2_gguf_path
+from recipes_lib.paths import SMOLLM2_NAME, prefer_offline_hub, recipes_home, smollm2_gguf_path
 
 logger = logging.getLogger(__name__)
 
@@ -229,6 +229,7 @@ def _from_offline(model_name: str, factory: TokenizerFactory) -> Tokenizer:
 def _from_pretrained(model_name: str) -> Tokenizer:
     from transformers import AutoTokenizer
 
+    prefer_offline_hub()
     try:
         return AutoTokenizer.from_pretrained(model_name)
     except (OSError, ValueError) as exc:

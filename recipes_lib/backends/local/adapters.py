@@ -135,8 +135,8 @@ class AdapterHost:
         return dict(sorted(params.items()))
 
     def state_dict(self, adapter: str) -> dict[str, torch.Tensor]:
-        """A detached fp32 copy of the adapter's weights (a snapshot later training cannot touch)."""
-        return {key: param.detach().to(torch.float32).clone() for key, param in self.parameters(adapter).items()}
+        """A detached fp32 CPU copy of the adapter's weights (a snapshot later training cannot touch)."""
+        return {key: param.detach().to("cpu", torch.float32, copy=True) for key, param in self.parameters(adapter).items()}
 
     def load_state_dict(self, adapter: str, state: dict[str, torch.Tensor]) -> None:
         """Copy saved weights into the adapter; every tensor must match by name and shape."""

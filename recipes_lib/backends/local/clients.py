@@ -13,6 +13,8 @@ written against the SDK runs on the embedded engine unchanged:
 """
 
 import asyncio
+import functools
+import weakref
 from collections.abc import Mapping
 from typing import Any, Self
 
@@ -119,6 +121,8 @@ class TrainingClient(_SelfFuture):
         base = engine.base(base_model)
         client = cls(engine, base, spec, storage.new_run_id())
         engine.call(client._attach).result()
+        # Free the adapter (on the worker, in order) once the client is garbage-collected.
+        weakref.finalize(client, engine.call, functools.partial(base.host.remove, client._adapter))
         return client
 
     def _attach(self) -> None:

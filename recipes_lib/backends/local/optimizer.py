@@ -44,9 +44,9 @@ class AdamState:
         for name, param in zip(self.names, self.params):
             state = self.optimizer.state.get(param)
             if state:
-                tensors[f"{name}::exp_avg"] = state["exp_avg"].contiguous()
-                tensors[f"{name}::exp_avg_sq"] = state["exp_avg_sq"].contiguous()
-                tensors[f"{name}::step"] = torch.as_tensor(state["step"], dtype=torch.float32).reshape(1)
+                tensors[f"{name}::exp_avg"] = state["exp_avg"].detach().cpu().contiguous()
+                tensors[f"{name}::exp_avg_sq"] = state["exp_avg_sq"].detach().cpu().contiguous()
+                tensors[f"{name}::step"] = torch.as_tensor(state["step"], dtype=torch.float32).cpu().reshape(1)
         tensors["__steps__"] = torch.tensor([float(self.steps)])
         save_file(tensors, str(folder / OPTIMIZER_FILE))
 
