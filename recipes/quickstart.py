@@ -5,6 +5,8 @@ It trains a LoRA adapter for 6 steps on 7 examples, printing the loss per token 
 samples 8 greedy translations of "coffee break". This is an API demo, not a good way to train.
 """
 
+from typing import Any
+
 import chz
 import numpy as np
 from tinker import types
@@ -40,10 +42,9 @@ def process_example(example: dict[str, str], tokenizer: object) -> types.Datum:
     completion_tokens = tokenizer.encode(f" {example['output']}\n\n", add_special_tokens=False)  # type: ignore[attr-defined]
     tokens = prompt_tokens + completion_tokens
     weights = [0.0] * len(prompt_tokens) + [1.0] * len(completion_tokens)
-    return types.Datum(
-        model_input=types.ModelInput.from_ints(tokens=tokens[:-1]),
-        loss_fn_inputs={"weights": weights[1:], "target_tokens": tokens[1:]},
-    )
+    # Plain lists are converted to TensorData by Datum (dtype inferred from the key), as in the spec.
+    loss_fn_inputs: dict[str, Any] = {"weights": weights[1:], "target_tokens": tokens[1:]}
+    return types.Datum(model_input=types.ModelInput.from_ints(tokens=tokens[:-1]), loss_fn_inputs=loss_fn_inputs)
 
 
 def main(config: Config) -> list[float]:

@@ -98,14 +98,15 @@ def create_or_resume_training_client(
     lora_rank: int,
     resume: CheckpointRecord | None,
     load_checkpoint_path: str | None = None,
+    seed: int | None = None,
 ) -> TrainingClient:
     """Resume weights + optimizer from `resume`, else start from `load_checkpoint_path`'s weights,
-    else a fresh LoRA adapter on `model_name`."""
+    else a fresh LoRA adapter on `model_name` (initialised from `seed`; None: a random one)."""
     if resume is not None and resume.state_path:
         created = service_client.create_training_client_from_state_with_optimizer(resume.state_path)
     elif load_checkpoint_path:
         created = service_client.create_training_client_from_state(load_checkpoint_path)
     else:
-        created = service_client.create_lora_training_client(base_model=model_name, rank=lora_rank)
+        created = service_client.create_lora_training_client(base_model=model_name, rank=lora_rank, seed=seed)
     client: TrainingClient = created.result()  # SDK 0.38 returns a future of the client
     return client

@@ -14,6 +14,7 @@ import json
 import logging as std_logging
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -65,7 +66,11 @@ def dump_config(value: Any) -> Any:
 
 
 def _redacted(key: str, value: Any) -> Any:
-    if value is not None and any(secret in key.lower() for secret in SECRET_FIELDS):
+    # Whole words of the key only: "hf_token" and "api_key" are secrets, "max_tokens" and
+    # "model_name_for_tokenizer" are not.
+    name = key.lower()
+    words = set(re.split(r"[^a-z0-9]+", name))
+    if value is not None and any(name.endswith(s) if "_" in s else s in words for s in SECRET_FIELDS):
         return "<redacted>"
     return value
 

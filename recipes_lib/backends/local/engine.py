@@ -7,6 +7,7 @@ callers add more, then runs all pending requests for the same weights as one bat
 snapshots are immutable, so they may run ahead of queued training requests).
 """
 
+import atexit
 import logging
 import threading
 import time
@@ -109,8 +110,21 @@ class LocalEngine:
         self._load_lock = threading.Lock()
         self._queue: deque[_Call | _Generation] = deque()
         self._cond = threading.Condition()
+        self._stopped = threading.Event()
         self._worker = threading.Thread(target=self._run, name="recipes-local-engine", daemon=True)
         self._worker.start()
+
+    def stop(self) -> None:
+        """Drop queued requests, cut a running generation short and wait for the worker to end.
+
+        Registered to run at interpreter exit: a worker still in torch code when the process exits
+        aborts it ("terminate called without an active exception").
+        """
+        with self._cond:
+            self._stopped.set()
+            self._queue.clear()
+            self._cond.notify_all()
+        self._worker.join()
 
     def base(self, name: str) -> BaseEntry:
         """The loaded base model `name` (loaded on first use, then shared)."""
@@ -147,17 +161,19 @@ class LocalEngine:
             self._cond.notify_all()
 
     def _run(self) -> None:
-        while True:
+        while not self._stopped.is_set():
             call, generations = self._next()
             if call is not None:
                 _resolve(call.future, call.fn)
-            else:
+            elif generations:
                 self._run_generations(generations)
 
     def _next(self) -> tuple[_Call | None, list[_Generation]]:
         with self._cond:
-            while not self._queue:
+            while not self._queue and not self._stopped.is_set():
                 self._cond.wait()
+            if self._stopped.is_set():
+                return None, []
             head = self._queue[0]
             if isinstance(head, _Call):
                 return self._queue.popleft(), []  # type: ignore[return-value]
@@ -177,7 +193,9 @@ class LocalEngine:
 
     def _run_generations(self, generations: list[_Generation]) -> None:
         groups: dict[tuple[int, bool], list[_Generation]] = {}
-        for item in generations:
+        # A request its caller cancelled is skipped; the others can no longer be cancelled, so
+        # setting their results cannot fail (and fail the whole batch with them).
+        for item in [g for g in generations if g.future.set_running_or_notify_cancel()]:
             groups.setdefault((id(item.snapshot), item.job is None), []).append(item)
         for (_, is_score), items in groups.items():
             try:
@@ -203,7 +221,8 @@ class LocalEngine:
         limit = MAX_SAMPLE_ROWS.get(self.precision.device.type, 64)
         for chunk in _chunks_by_rows(items, limit):
             jobs = [item.job for item in chunk if item.job is not None]
-            rows_per_job = generate(base.sampler.model, jobs, tokenizer, self.precision, base.max_context)
+            rows_per_job = generate(base.sampler.model, jobs, tokenizer, self.precision, base.max_context,
+                                    self._stopped)
             extras = _prompt_logprobs(base, jobs, self.precision)
             for item, rows, extra in zip(chunk, rows_per_job, extras):
                 item.future.set_result(_response(rows, extra))
@@ -271,4 +290,5 @@ def get_engine(precision: PrecisionName = "auto", device: DeviceName = "auto") -
             transformers.utils.logging.disable_progress_bar()
             logger.info("local engine: device=%s precision=%s", resolved.device, resolved.name)
             _engines[key] = LocalEngine(resolved)
+            atexit.register(_engines[key].stop)
         return _engines[key]

@@ -1,9 +1,11 @@
 """Token generation with log-probs and stop conditions, and prompt scoring, for the local engine.
 
-Sampling runs on a merged copy of the base model (`SamplerModel`): the LoRA delta of the sampled
-snapshot is added into the weights once per snapshot switch, which decodes at base-model speed
-(an unmerged adapter costs 10-35 % per token on CPU). Requests are batched: every distinct prompt
-is prefilled once, its KV cache is shared by all its samples, and finished rows leave the batch.
+Sampling runs on a copy of the base model (`SamplerModel`) with the sampled snapshot's LoRA loaded:
+in fp32 its delta is merged into the weights once per snapshot switch (base-model decode speed);
+in bf16 it is added beside each weight, as the trainer computes it, because merging a small delta
+into bf16 weights rounds much of it away and the sampler's log-probs would drift from the
+trainer's. Requests are batched: every distinct prompt is prefilled once, its KV cache is shared
+by all its samples, and finished rows leave the batch.
 
 Returned log-probs are those of the distribution sampled from: `log_softmax(logits / T)` for
 temperature T > 0 (before top-k / top-p truncation), and the untempered `log_softmax(logits)` for
@@ -12,12 +14,14 @@ greedy decoding (T = 0), which therefore equal `compute_logprobs` at T in {0, 1}
 
 import copy
 import secrets
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from peft import PeftModel
 from tinker import types
 from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
@@ -32,7 +36,7 @@ Deltas = dict[str, tuple[torch.Tensor, torch.Tensor, float]]
 
 
 class SamplerModel:
-    """A copy of a base model in the sampler dtype, with one LoRA snapshot merged in at a time."""
+    """A copy of a base model in the sampler dtype, with one LoRA snapshot loaded at a time."""
 
     def __init__(self, live_model: nn.Module, base_linear_weights: dict[str, torch.Tensor], precision: Precision):
         """Copy `live_model` (the base model, possibly carrying peft adapters, which are dropped).
@@ -52,14 +56,28 @@ class SamplerModel:
         self.model.config.tie_word_embeddings = False
         self._linears = {n: m for n, m in self.model.named_modules() if isinstance(m, nn.Linear)}
         self._merged_paths: set[str] = set()
+        self._hooks: list[Any] = []
         self.loaded_key: object = None
 
     def load(self, key: object, deltas: Deltas) -> None:
-        """Make the weights `base + scale * B @ A` for `deltas` (the base weights when empty)."""
+        """Make the weights `base + scale * B @ A` for `deltas` (the base weights when empty).
+
+        In fp32 the delta is merged into the weights. In a lower-precision sampler dtype it is added
+        beside each weight instead, as the trainer computes it (`x @ W + scale * (x @ A) @ B`):
+        merging a small delta into bf16 weights rounds much of it away, and the sampler's
+        log-probs then drift from the trainer's as training goes on.
+        """
         if key is self.loaded_key:
             return
         unknown = set(deltas) - set(self._linears)
         assert not unknown, f"snapshot adapts modules this model lacks: {sorted(unknown)[:3]}"
+        if self.precision.sampler_dtype == torch.float32:
+            self._merge(deltas)
+        else:
+            self._add_beside(deltas)
+        self.loaded_key = key
+
+    def _merge(self, deltas: Deltas) -> None:
         with torch.no_grad():
             for path in self._merged_paths | set(deltas):
                 weight = self._base_weights[path].to(self.precision.device, torch.float32)
@@ -68,7 +86,25 @@ class SamplerModel:
                     weight = weight + scale * (b_out_r.to(weight) @ a_r_in.to(weight))
                 self._linears[path].weight.copy_(weight)
         self._merged_paths = set(deltas)
-        self.loaded_key = key
+
+    def _add_beside(self, deltas: Deltas) -> None:
+        for handle in self._hooks:
+            handle.remove()
+        device, dtype = self.precision.device, self.precision.sampler_dtype
+        self._hooks = [
+            self._linears[path].register_forward_hook(_LoraDelta(a.to(device, dtype), b.to(device, dtype), scale))
+            for path, (a, b, scale) in deltas.items()
+        ]
+
+
+class _LoraDelta:
+    """A forward hook adding `scale * (x @ A^T) @ B^T` to a Linear's output, as peft's LoRA layer does."""
+
+    def __init__(self, a_r_in: torch.Tensor, b_out_r: torch.Tensor, scale: float):
+        self.a_r_in, self.b_out_r, self.scale = a_r_in, b_out_r, scale
+
+    def __call__(self, module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> torch.Tensor:
+        return output + F.linear(F.linear(inputs[0], self.a_r_in), self.b_out_r) * self.scale
 
 
 @dataclass
@@ -114,9 +150,13 @@ def stop_condition(stop: str | Sequence[str] | Sequence[int] | None) -> tuple[fr
 
 
 def generate(
-    model: PreTrainedModel, jobs: Sequence[SampleJob], tokenizer: object, precision: Precision, max_context: int
+    model: PreTrainedModel, jobs: Sequence[SampleJob], tokenizer: object, precision: Precision, max_context: int,
+    cancel: threading.Event | None = None,
 ) -> list[list[_Row]]:
-    """Decode every sample of every job in one batch; returns the finished rows of each job."""
+    """Decode every sample of every job in one batch; returns the finished rows of each job.
+
+    Setting `cancel` stops decoding after the current token (the rows are then incomplete).
+    """
     prompts = sorted({tuple(job.prompt) for job in jobs})
     prompt_index = {p: i for i, p in enumerate(prompts)}
     rows = [_make_row(j, s, prompt_index[tuple(job.prompt)], job, max_context, precision)
@@ -125,7 +165,7 @@ def generate(
         cache, logits_P_V, mask_P_L = _prefill(model, prompts, precision)
         expand = torch.tensor([row.prompt for row in rows], device=precision.device)
         cache.reorder_cache(expand)
-        _decode(model, rows, cache, logits_P_V[expand], mask_P_L[expand], tokenizer, precision)
+        _decode(model, rows, cache, logits_P_V[expand], mask_P_L[expand], tokenizer, precision, cancel)
     finished: list[list[_Row]] = [[] for _ in jobs]
     for row in rows:
         finished[row.job].append(row)
@@ -169,10 +209,11 @@ def _decode(
     mask_R_L: torch.Tensor,
     tokenizer: object,
     precision: Precision,
+    cancel: threading.Event | None = None,
 ) -> None:
     active = list(rows)
     positions_R = mask_R_L.sum(-1)
-    while active:
+    while active and not (cancel is not None and cancel.is_set()):
         next_tokens = _choose(active, logits_R_V, tokenizer)
         keep = [i for i, row in enumerate(active) if row.stop_reason is None]
         if not keep:

@@ -1,0 +1,73 @@
+"""Sampling evaluators: answer prompts with the current weights and grade the answers.
+
+`ExactMatchEvaluator` suits tasks with one right answer (number to words, arithmetic, a label): it
+decodes each prompt greedily and reports the fraction of answers equal to the reference,
+`<name>/exact_match`. All prompts are sent at once (`asyncio.gather`), so the local engine decodes
+them as one batch and the hosted API runs them in parallel.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from tinker import types
+
+from eval.evaluators import SamplingClientEvaluator
+from recipes_lib.backends.protocols import SamplingClient
+from renderers import Message, Renderer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReferenceExample:
+    """A prompt conversation (ending before the assistant's turn) and the expected answer text."""
+
+    messages: list[Message]
+    reference: str
+
+
+def strip_whitespace(text: str) -> str:
+    """The default answer normalisation: surrounding whitespace does not count."""
+    return text.strip()
+
+
+class ExactMatchEvaluator(SamplingClientEvaluator):
+    """Greedy-decode every example and report `<name>/exact_match` in [0, 1]."""
+
+    def __init__(
+        self,
+        examples: Sequence[ReferenceExample],
+        renderer: Renderer,
+        max_tokens: int = 64,
+        name: str = "test",
+        normalize: Callable[[str], str] = strip_whitespace,
+        num_logged: int = 3,
+    ):
+        self.examples = list(examples)
+        self.renderer = renderer
+        self.max_tokens = max_tokens
+        self.name = name
+        self.normalize = normalize
+        self.num_logged = num_logged
+
+    async def __call__(self, sampling_client: SamplingClient) -> dict[str, float]:
+        answers = await asyncio.gather(*(self._answer(sampling_client, ex.messages) for ex in self.examples))
+        correct = [self.normalize(a) == self.normalize(ex.reference) for a, ex in zip(answers, self.examples)]
+        self._log_mistakes(answers, correct)
+        return {f"{self.name}/exact_match": sum(correct) / max(1, len(correct))}
+
+    async def _answer(self, sampling_client: SamplingClient, messages: list[Message]) -> str:
+        prompt = self.renderer.build_generation_prompt(messages)
+        params = types.SamplingParams(max_tokens=self.max_tokens, temperature=0.0,
+                                      stop=self.renderer.get_stop_sequences())
+        response = await sampling_client.sample(prompt, 1, params)
+        message, _ = self.renderer.parse_response(response.sequences[0].tokens)
+        return message["content"]
+
+    def _log_mistakes(self, answers: Sequence[str], correct: Sequence[bool]) -> None:
+        wrong = [(ex, a) for ex, a, ok in zip(self.examples, answers, correct) if not ok][: self.num_logged]
+        for example, answer in wrong:
+            logger.info("%s: %r -> %r (expected %r)", self.name, example.messages[-1]["content"], answer,
+                        example.reference)

@@ -1,0 +1,248 @@
+"""`python -m recipes_lib.plot LOG_PATH [LOG_PATH ...]`: PNG charts of runs from their `metrics.jsonl`.
+
+One run writes `LOG_PATH/metrics.png`: a panel per group of metrics the run logged, whatever its
+pipeline (metric names as the spec writes them):
+
+    supervised   loss (train_mean_nll, test/nll), held-out exact match (test/exact_match), learning rate
+    RL           reward (env/all/reward/total, test/...), correct (env/all/correct, test/env/all/correct),
+                 format (env/all/format, if the env reports it), KL(sample || train) (optim/kl_sample_train_v1, _v2)
+    DPO          loss (dpo_loss, test/dpo_loss), accuracy, margin, chosen/rejected reward
+    evaluators   every other accuracy / exact-match / pass@k metric (e.g. inspect/<task>/accuracy)
+
+Several runs also write `comparison.png` (next to the runs, or `--out`): the same panels with one
+line per run, labelled by folder name. Points logged only at eval steps are drawn with markers;
+`--smooth 0.9` adds an exponential moving average over noisy training curves.
+"""
+
+import argparse
+import dataclasses
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeGuard
+
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")  # files only: no display needed (servers, CI)
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+from matplotlib.axes import Axes  # noqa: E402
+
+from recipes_lib.logging import METRICS_FILE, read_metrics  # noqa: E402
+
+RUN_PLOT = "metrics.png"
+COMPARISON_PLOT = "comparison.png"
+MAX_PANELS = 12
+EVAL_SUFFIXES = ("/accuracy", "/exact_match", "/correct", "/pass_at_1", "/win_rate")
+NOT_METRICS = {"step", "epoch", "progress"}
+
+
+class NoMetricsError(ValueError):
+    """A folder has no `metrics.jsonl`, or nothing in it to plot."""
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One chart: a title and the metric keys drawn on it (each a line)."""
+
+    title: str
+    keys: tuple[str, ...]
+    ylabel: str = ""
+    smoothable: bool = True  # False for schedules (learning rate), which are exact, not noisy
+    log_y: bool = False  # losses fall by orders of magnitude; drawn on a log axis when all positive
+
+
+PANELS: tuple[Panel, ...] = (
+    Panel("loss (NLL per token)", ("train_mean_nll", "test/nll"), "nats/token", log_y=True),
+    Panel("held-out exact match", ("test/exact_match",), "fraction"),
+    Panel("reward", ("env/all/reward/total", "test/env/all/reward/total"), "mean reward"),
+    Panel("correct", ("env/all/correct", "test/env/all/correct"), "fraction"),
+    Panel("well-formatted answers", ("env/all/format", "test/env/all/format"), "fraction"),
+    Panel("KL(sample || train)", ("optim/kl_sample_train_v1", "optim/kl_sample_train_v2"), "nats"),
+    Panel("DPO loss", ("dpo_loss", "test/dpo_loss"), "loss"),
+    Panel("DPO accuracy (chosen > rejected)", ("accuracy", "test/accuracy"), "fraction"),
+    Panel("DPO margin", ("margin", "test/margin"), "beta * log-ratio margin"),
+    Panel("DPO implicit rewards", ("chosen_reward", "rejected_reward", "test/chosen_reward",
+                                   "test/rejected_reward"), "beta * log-ratio"),
+    Panel("learning rate", ("learning_rate", "optim/lr"), "lr", smoothable=False),
+)
+
+
+@dataclass
+class Run:
+    """A run folder's name and its metrics rows."""
+
+    name: str
+    rows: list[dict[str, object]] = field(default_factory=list)
+
+    @property
+    def keys(self) -> set[str]:
+        return {k for row in self.rows for k, v in row.items() if _is_number(v)} - NOT_METRICS
+
+    def series(self, key: str) -> tuple[list[float], list[float]]:
+        """(steps, values) of the rows that logged a finite number for `key`."""
+        steps, values = [], []
+        for row in self.rows:
+            step, value = row.get("step"), row.get(key)
+            if _is_number(step) and _is_number(value):
+                steps.append(float(step))
+                values.append(float(value))
+        return steps, values
+
+
+def _is_number(value: object) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def load_run(log_path: Path | str) -> Run:
+    """The run in `log_path`; NoMetricsError when it has no metrics."""
+    path = Path(log_path)
+    if not path.is_dir():
+        raise NoMetricsError(f"{path} is not a folder; pass a run's log_path (the folder holding {METRICS_FILE}).")
+    rows = read_metrics(path)
+    if not rows:
+        found = sorted(p.name for p in path.iterdir())[:10]
+        raise NoMetricsError(
+            f"{path} has no {METRICS_FILE} with any rows (it holds {found}); pass a run's log_path, "
+            "written by a training run after its first step."
+        )
+    return Run(path.resolve().name, rows)
+
+
+def panels_for(keys: Iterable[str]) -> list[Panel]:
+    """The known panels with at least one logged key, then one panel of other evaluator metrics;
+    for a run that logged none of those, a panel per metric (at most MAX_PANELS)."""
+    keys = set(keys)
+    panels = [dataclasses.replace(p, keys=tuple(k for k in p.keys if k in keys)) for p in PANELS]
+    panels = [p for p in panels if p.keys]
+    covered = {k for p in PANELS for k in p.keys}
+    evals = sorted(k for k in keys - covered if k.endswith(EVAL_SUFFIXES))
+    if evals:
+        panels.append(Panel("other evaluations", tuple(evals), "score"))
+    if not any(p.title != "learning rate" for p in panels):
+        panels = [Panel(k, (k,)) for k in sorted(keys)] + [p for p in panels if p.title == "learning rate"]
+    return panels[:MAX_PANELS]
+
+
+def smoothed(values: Sequence[float], weight: float) -> list[float]:
+    """Exponential moving average (`weight` of the previous average), debiased like TensorBoard's."""
+    out, average = [], 0.0
+    for i, value in enumerate(values):
+        average = weight * average + (1 - weight) * value
+        out.append(average / (1 - weight ** (i + 1)))
+    return out
+
+
+def _draw(ax: Axes, run: Run, key: str, label: str, smooth: float) -> None:
+    steps, values = run.series(key)
+    sparse = len(steps) < 0.5 * len(run.rows) or len(steps) <= 20  # eval points: show them
+    line = ax.plot(steps, values, marker="o" if sparse else None, markersize=3, label=label,
+                   linestyle="--" if key.startswith("test/") else "-",  # held-out metrics dashed
+                   alpha=0.35 if smooth > 0 and not sparse else 1.0)[0]
+    if smooth > 0 and not sparse:
+        ax.plot(steps, smoothed(values, smooth), color=line.get_color())
+
+
+def _figure(panels: Sequence[Panel]) -> tuple[plt.Figure, list[Axes]]:
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.6 * rows), squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[len(panels):]:
+        ax.set_visible(False)
+    return fig, flat[: len(panels)]
+
+
+def _finish(fig: plt.Figure, axes: Sequence[Axes], panels: Sequence[Panel], title: str, out: Path) -> None:
+    for ax, panel in zip(axes, panels):
+        ax.set_title(panel.title, fontsize=10)
+        ax.set_xlabel("step")
+        ax.set_ylabel(panel.ylabel)
+        if panel.log_y and all((np.asarray(line.get_ydata(), dtype=float) > 0).all() for line in ax.get_lines()):
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def plot_run(run: Run, out: Path, smooth: float = 0.0) -> list[Panel]:
+    """Write one run's panels to `out`; returns the panels drawn."""
+    panels = panels_for(run.keys)
+    fig, axes = _figure(panels)
+    for ax, panel in zip(axes, panels):
+        for key in panel.keys:
+            _draw(ax, run, key, key, smooth if panel.smoothable else 0.0)
+    _finish(fig, axes, panels, run.name, out)
+    return panels
+
+
+def plot_comparison(runs: Sequence[Run], out: Path, smooth: float = 0.0) -> list[Panel]:
+    """Write the panels of several runs to `out`, one line per run and key."""
+    panels = panels_for(set().union(*(run.keys for run in runs)))
+    fig, axes = _figure(panels)
+    for ax, panel in zip(axes, panels):
+        for run in runs:
+            for key in (k for k in panel.keys if k in run.keys):
+                label = run.name if len(panel.keys) == 1 else f"{run.name}: {key}"
+                _draw(ax, run, key, label, smooth if panel.smoothable else 0.0)
+    _finish(fig, axes, panels, f"{len(runs)} runs", out)
+    return panels
+
+
+def describe(run: Run, panels: Sequence[Panel]) -> str:
+    """One line per panel: each key's first and last logged value."""
+    lines = []
+    for panel in panels:
+        parts = []
+        for key in panel.keys:
+            steps, values = run.series(key)
+            if values:
+                parts.append(f"{key} {values[0]:.4g} (step {steps[0]:g}) -> {values[-1]:.4g} (step {steps[-1]:g})")
+        lines.append(f"  {panel.title}: " + "; ".join(parts))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> list[Path]:
+    """Plot each LOG_PATH (and their comparison when there are several); returns the PNG paths."""
+    parser = argparse.ArgumentParser(prog="python -m recipes_lib.plot", description=__doc__.split("\n")[0])
+    parser.add_argument("log_paths", nargs="+", metavar="LOG_PATH", help="run folders holding metrics.jsonl")
+    parser.add_argument("--out", type=Path, default=None, help="comparison PNG path (several runs)")
+    parser.add_argument("--smooth", type=float, default=0.0, help="EMA weight in [0, 1) for training curves")
+    args = parser.parse_args(argv)
+    if not 0.0 <= args.smooth < 1.0:
+        parser.error(f"--smooth must be in [0, 1), got {args.smooth}")
+    runs = [load_run(path) for path in args.log_paths]
+    written = []
+    for run, path in zip(runs, args.log_paths):
+        out = Path(path) / RUN_PLOT
+        panels = plot_run(run, out, args.smooth)
+        print(f"wrote {out}\n{describe(run, panels)}")
+        written.append(out)
+    if len(runs) > 1:
+        out = args.out or _common_parent(args.log_paths) / COMPARISON_PLOT
+        plot_comparison(runs, out, args.smooth)
+        print(f"wrote {out} (comparison of {', '.join(r.name for r in runs)})")
+        written.append(out)
+    return written
+
+
+def _common_parent(paths: Sequence[str]) -> Path:
+    resolved = [Path(p).resolve() for p in paths]
+    common = resolved[0].parent
+    while not all(common in p.parents for p in resolved):
+        common = common.parent
+    return common
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except NoMetricsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,0 +1,55 @@
+"""Ready-made dataset pieces, so a task needs only its `Env`: groups of copies, list-backed batches,
+and the renderer of a model.
+
+    builders = [RepeatedEnvGroupBuilder(functools.partial(MyEnv, problem), num_envs=4) for problem in problems]
+    dataset = ListRLDataset(builders, batch_size=8)
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from recipes_lib.exceptions import ConfigurationError
+from recipes_lib.model_info import get_recommended_renderer_name
+from recipes_lib.tokenizers import get_tokenizer
+from renderers import Renderer, get_renderer
+from rl.types import Env, EnvGroupBuilder, RLDataset
+
+
+def renderer_for(model_name: str, renderer_name: str | None = None) -> Renderer:
+    """The renderer `renderer_name` over `model_name`'s tokenizer (None: the model's recommended one)."""
+    return get_renderer(renderer_name or get_recommended_renderer_name(model_name), get_tokenizer(model_name))
+
+
+@dataclass(frozen=True)
+class RepeatedEnvGroupBuilder(EnvGroupBuilder):
+    """A group of `num_envs` envs, each made by calling `env_thunk` (e.g. one problem, sampled G times)."""
+
+    env_thunk: Callable[[], Env]
+    num_envs: int
+    tags: tuple[str, ...] = ()
+
+    async def make_envs(self) -> Sequence[Env]:
+        return [self.env_thunk() for _ in range(self.num_envs)]
+
+    def logging_tags(self) -> list[str]:
+        return list(self.tags)
+
+
+class ListRLDataset(RLDataset):
+    """Consecutive batches of `batch_size` builders from a list; a last partial batch is dropped."""
+
+    def __init__(self, builders: Sequence[EnvGroupBuilder], batch_size: int):
+        if batch_size < 1 or len(builders) < batch_size:
+            raise ConfigurationError(
+                f"batch_size must be between 1 and the number of groups ({len(builders)}); got {batch_size}."
+            )
+        self.builders = list(builders)
+        self.batch_size = batch_size
+
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"batch {index} is out of range; the dataset has {len(self)} batches.")
+        return self.builders[index * self.batch_size : (index + 1) * self.batch_size]
+
+    def __len__(self) -> int:
+        return len(self.builders) // self.batch_size

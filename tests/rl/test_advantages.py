@@ -1,0 +1,53 @@
+"""Advantages, constant-group removal and KL shaping against hand-computed values."""
+
+import numpy as np
+import pytest
+
+from rl.advantages import compute_advantages, is_constant_reward, kl_penalty, remove_constant_reward_groups
+from rl.types import TrajectoryGroup
+from tests.rl.fakes import group_with_rewards, trajectory, transition
+
+
+def test_advantages_are_rewards_minus_group_mean() -> None:
+    # Means 0.25 and 2.0: [1,0,0,0] -> [.75,-.25,-.25,-.25]; [3,1] -> [1,-1]. No std division.
+    advantages = compute_advantages([group_with_rewards([1, 0, 0, 0]), group_with_rewards([3, 1])])
+    np.testing.assert_allclose(advantages[0], [0.75, -0.25, -0.25, -0.25])
+    np.testing.assert_allclose(advantages[1], [1.0, -1.0])
+
+
+def test_advantages_include_group_rewards_and_all_steps() -> None:
+    # Trajectory 0: steps 1 + 0.5, group reward 1 -> 2.5; trajectory 1: step 0, group reward -0.5 -> -0.5.
+    two_steps = trajectory(transition([1], [2], [-1.0], reward=1.0, done=False), transition([1, 2], [3], [-1.0], 0.5))
+    one_step = trajectory(transition([1], [2], [-1.0], reward=0.0))
+    group = TrajectoryGroup([two_steps, one_step], [1.0, -0.5], [{}, {}])
+    assert group.get_total_rewards() == [2.5, -0.5]
+    np.testing.assert_allclose(compute_advantages([group])[0], [1.5, -1.5])
+
+
+@pytest.mark.parametrize(
+    ("rewards", "constant"),
+    [([1, 1, 1], True), ([0.0, 0.0], True), ([1, 0, 1], False), ([-0.1, -0.1, 0.9], False), ([5], True)],
+)
+def test_is_constant_reward(rewards: list[float], constant: bool) -> None:
+    assert is_constant_reward(group_with_rewards(rewards)) is constant
+
+
+def test_remove_constant_reward_groups_keeps_mixed_groups_in_order() -> None:
+    mixed_a, mixed_b = group_with_rewards([1, 0]), group_with_rewards([0, 0.5])
+    groups = [group_with_rewards([1, 1]), mixed_a, group_with_rewards([0, 0]), mixed_b]
+    assert remove_constant_reward_groups(groups) == [mixed_a, mixed_b]
+    assert remove_constant_reward_groups([group_with_rewards([0, 0])]) == []
+
+
+def test_kl_penalty_centres_the_log_ratio_on_action_tokens() -> None:
+    # Action tokens (mask 1) have kl = sampler - base = [-1 - -2, -1 - -1] = [1, 0] in datum 0 and
+    # [-3 - -1] = [-2] in datum 1; kl_mean = (1 + 0 - 2) / 3 = -1/3. With coef 0.3 each action token's
+    # advantage gains 0.3 * (-1/3 - kl): -0.4, -0.1, +0.5. The observation token (mask 0) is unchanged.
+    advantages = [np.array([0.0, 1.0, 1.0]), np.array([-1.0])]
+    sampler = [np.array([0.0, -1.0, -1.0]), np.array([-3.0])]
+    base = [np.array([-5.0, -2.0, -1.0]), np.array([-1.0])]
+    masks = [np.array([0.0, 1.0, 1.0]), np.array([1.0])]
+    shaped, kl_mean = kl_penalty(advantages, sampler, base, masks, coef=0.3)
+    assert kl_mean == pytest.approx(-1 / 3)
+    np.testing.assert_allclose(shaped[0], [0.0, 0.6, 0.9])
+    np.testing.assert_allclose(shaped[1], [-0.5])

@@ -1,0 +1,205 @@
+"""The supervised loop: step bookkeeping, the CLI, pipelining, and a short run's folder."""
+
+import json
+from pathlib import Path
+
+import pandas
+import pytest
+
+from recipes import sl_basic
+from recipes_lib.checkpoints import CheckpointRecord, load_checkpoints
+from recipes_lib.cli import config_from_argv
+from recipes_lib.exceptions import ConfigurationError
+from recipes_lib.hyperparams import get_lr
+from supervised import train
+
+TINY = ["model_name=recipes/tiny-llama", "dataset_builder.num_train=24",
+        "dataset_builder.num_heldout=6", "dataset_builder.common_config.batch_size=4", "evaluator_builders.0.max_tokens=4"]
+
+
+def tiny_config(log_path: Path, *extra: str) -> train.Config:
+    """sl_basic on the tiny model, fp32 unless `extra` picks another backend."""
+    backend = [] if any(arg.startswith("backend=") for arg in extra) else ["backend.precision=float32"]
+    return config_from_argv(sl_basic.build_config(), [*TINY, *backend, f"log_path={log_path}", *extra])
+
+
+# -- step bookkeeping -------------------------------------------------------------------------------
+def test_plan_maps_steps_to_epochs_and_caps_at_max_steps() -> None:
+    plan = train.StepPlan.of(batches_per_epoch=5, num_epochs=3, max_steps=12)
+    assert plan.total_steps == 12 and plan.position(0) == (0, 0) and plan.position(7) == (1, 2)
+    assert train.StepPlan.of(5, 2, None).total_steps == 10
+    with pytest.raises(ConfigurationError, match="no full batch"):
+        train.StepPlan.of(0, 1, None)
+
+
+def test_resume_starts_at_the_recorded_next_batch() -> None:
+    plan = train.StepPlan.of(batches_per_epoch=5, num_epochs=3, max_steps=None)
+    assert plan.start_step(None) == 0
+    assert plan.start_step(CheckpointRecord(name="000007", batch=2, epoch=1)) == 7
+
+
+def test_evaluations_and_saves_fall_on_the_right_steps() -> None:
+    plan = train.StepPlan.of(batches_per_epoch=10, num_epochs=1, max_steps=None)
+    assert [s for s in range(10) if plan.is_due(4, s)] == [0, 4, 8]
+    assert [s for s in range(10) if plan.is_due(3, s)] == [0, 3, 6]  # 9 is the last step: the final eval covers it
+    assert [s for s in range(10) if plan.saves_after(5, s)] == [4]  # after 10 steps comes the final save
+    assert not any(plan.is_due(0, s) or plan.saves_after(0, s) for s in range(10))
+
+
+# -- the command line -------------------------------------------------------------------------------
+def test_nested_overrides_and_the_learning_rate_default(tmp_path: Path) -> None:
+    config = tiny_config(tmp_path, "dataset_builder.common_config.batch_size=2", "lora_rank=8")
+    assert config.dataset_builder.common_config.batch_size == 2 and config.lora_rank == 8
+    assert config.dataset_builder.common_config.model_name_for_tokenizer == "recipes/tiny-llama"
+    assert config.evaluator_builders[0].model_name == "recipes/tiny-llama"
+    assert config.learning_rate == 1e-3  # the recipe's measured value
+    plain = config_from_argv(sl_basic.build_config(f"{sl_basic.LOG_PATH}.jsonl"), ["model_name=recipes/tiny-llama"])
+    assert plain.learning_rate == pytest.approx(get_lr("recipes/tiny-llama"))  # not set: the model's default
+    assert config_from_argv(sl_basic.build_config(), ["...batch_size=5"]).dataset_builder.common_config.batch_size == 5
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [("learning_rat=1e-3", "Did you mean 'learning_rate'"), ("dataset_builder.batch_size=4", "dataset_builder.batch_size"),
+     ("lora_rank=many", "lora_rank")],
+)
+def test_bad_keys_exit_before_any_work(arg: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        config_from_argv(sl_basic.build_config(), [arg])
+    assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_dataset_argument_is_read_first() -> None:
+    assert sl_basic.pop_dataset(["a=1", "dataset=x.jsonl", "b=2"]) == ("x.jsonl", ["a=1", "b=2"])
+    assert sl_basic.pop_dataset([]) == ("number_words", [])
+    config = config_from_argv(sl_basic.build_config("example_data/conversations.jsonl"), [])
+    assert config.dataset_builder.file_path == "example_data/conversations.jsonl" and config.evaluator_builders == []
+
+
+def test_tinker_backend_stops_at_the_missing_api_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    monkeypatch.delenv("TINKER_CREDENTIAL_CMD", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    config = tiny_config(tmp_path / "run", "backend=tinker")
+    with pytest.raises(ConfigurationError, match="TINKER_API_KEY"):
+        train.main(config)
+
+
+# -- a short run ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    log_path = tmp_path_factory.mktemp("sl") / "run"
+    train.main(tiny_config(log_path, "eval_every=2", "save_every=3"))
+    return log_path
+
+
+def test_run_folder_has_one_line_per_step_and_checkpoint_rows(finished_run: Path) -> None:
+    rows = [json.loads(line) for line in (finished_run / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == list(range(6))
+    for key in ("epoch", "progress", "learning_rate", "num_sequences", "num_tokens", "num_loss_tokens",
+                "train_mean_nll", "time/step", "optim/grad_norm"):
+        assert all(key in row for row in rows), key
+    assert [row["step"] for row in rows if "test/nll" in row] == [0, 2, 4, 5]  # 5: after the last step
+    assert "test/exact_match" in rows[0] and rows[-1]["progress"] == 1.0
+    assert rows[0]["learning_rate"] == pytest.approx(1e-3) and rows[3]["learning_rate"] == pytest.approx(0.5e-3)
+    records = load_checkpoints(finished_run)
+    assert [(r.name, r.epoch, r.batch, r.final) for r in records] == [("000003", 0, 3, False), ("final", 1, 0, True)]
+    assert all(r.state_path and r.sampler_path for r in records)
+
+
+def test_config_json_holds_the_resolved_values(finished_run: Path) -> None:
+    config = json.loads((finished_run / "config.json").read_text())
+    assert config["learning_rate"] == 1e-3 and config["renderer_name"] == "smollm2"
+    assert config["dataset_builder"]["common_config"]["model_name_for_tokenizer"] == "recipes/tiny-llama"
+
+
+def test_spec_sweep_snippet_runs_unchanged(finished_run: Path) -> None:
+    """The spec's "Sweep case study" collection code, verbatim apart from the glob folder."""
+    import os
+    from glob import glob
+
+    data = []
+    for fname in sorted(glob(os.path.expanduser(f"{finished_run.parent}/*/metrics.jsonl"))):
+        df = pandas.read_json(fname, lines=True)
+        # make sure the experiment is completed
+        if len(df) == 0 or df["progress"].iloc[-1] < 0.98:
+            continue
+        config_fname = fname.replace("metrics.jsonl", "config.json")
+        with open(config_fname, "rb") as f:
+            metadata = json.load(f)
+        data.append({
+            "fname": fname,
+            "learning_rate": metadata["learning_rate"],
+            "final_loss": df["train_mean_nll"].iloc[-1].item()
+        })
+    assert len(data) == 1 and data[0]["learning_rate"] == 1e-3 and data[0]["final_loss"] > 0
+    df = pandas.read_json(finished_run / "metrics.jsonl", lines=True)
+    assert df["test/nll"].dropna().shape[0] == 4  # the sl_basic page's plot reads this column
+
+
+def test_rerunning_a_finished_run_does_nothing(finished_run: Path) -> None:
+    before = (finished_run / "metrics.jsonl").read_text()
+    train.main(tiny_config(finished_run, "eval_every=2", "save_every=3", "behavior_if_log_dir_exists=resume"))
+    assert (finished_run / "metrics.jsonl").read_text() == before
+
+
+# -- request pipelining -----------------------------------------------------------------------------
+class _RecordedFuture:
+    def __init__(self, inner: object, name: str, events: list[str]):
+        self.inner, self.name, self.events = inner, name, events
+
+    def result(self, timeout: float | None = None) -> object:
+        self.events.append(f"read {self.name}")
+        return self.inner.result(timeout)  # type: ignore[attr-defined]
+
+    def __await__(self):  # type: ignore[no-untyped-def]
+        self.events.append(f"read {self.name}")
+        return self.inner.__await__()  # type: ignore[attr-defined]
+
+
+class _RecordingClient:
+    """The real training client, with a log of when each request is submitted and read."""
+
+    def __init__(self, inner: object, events: list[str]):
+        self.inner, self.events, self.counts = inner, events, {"fb": 0, "optim": 0, "forward": 0}
+
+    def _record(self, kind: str, future: object) -> _RecordedFuture:
+        name = f"{kind}{self.counts[kind]}"
+        self.counts[kind] += 1
+        self.events.append(f"submit {name}")
+        return _RecordedFuture(future, name, self.events)
+
+    def forward_backward(self, *args: object) -> _RecordedFuture:
+        return self._record("fb", self.inner.forward_backward(*args))  # type: ignore[attr-defined]
+
+    def optim_step(self, *args: object) -> _RecordedFuture:
+        return self._record("optim", self.inner.optim_step(*args))  # type: ignore[attr-defined]
+
+    def forward(self, *args: object) -> _RecordedFuture:
+        return self._record("forward", self.inner.forward(*args))  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def _events_of_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra: str) -> list[str]:
+    events: list[str] = []
+    real = train.create_or_resume_training_client
+    monkeypatch.setattr(train, "create_or_resume_training_client",
+                        lambda *a, **k: _RecordingClient(real(*a, **k), events))
+    train.main(tiny_config(tmp_path, "max_steps=4", "eval_every=2", "save_every=0",
+                           "evaluator_builders.0.num_heldout=6", *extra))
+    return events
+
+
+def test_next_step_is_submitted_before_the_current_one_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events = _events_of_run(tmp_path / "a", monkeypatch)
+    assert events.index("submit fb1") < events.index("read fb0")
+    assert events.index("submit optim1") < events.index("read optim0")
+    # the evaluation before step 2 is queued after step 1's update and before step 2's batch
+    assert events.index("submit optim1") < events.index("submit forward1") < events.index("submit fb2")
+
+
+def test_submit_ahead_zero_reads_each_step_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events = _events_of_run(tmp_path / "b", monkeypatch, "submit_ahead=0")
+    assert events.index("read optim0") < events.index("submit fb1")
