@@ -261,7 +261,7 @@ async def _evaluate(run: Run, evaluators: Sequence[Evaluator]) -> dict[str, floa
         return {}
     started = time.monotonic()
     metrics = await run_evaluators(evaluators, run.training_client,
-                                   lambda: run.training_client.save_weights_and_get_sampling_client())
+                                   lambda: run.training_client.save_weights_and_get_sampling_client().result())
     return {**metrics, "time/eval": time.monotonic() - started}
 
 

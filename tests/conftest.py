@@ -1,16 +1,19 @@
-"""Shared fixtures: an isolated $RECIPES_HOME, the local engine in fp32, tiny models.
+"""Shared fixtures: an isolated $RECIPES_HOME, the local engine in fp32, tiny models, one thread.
 
-Checkpoints of a test session go to a temporary $RECIPES_HOME; the converted-model and tokenizer
-caches are shared with the user's real cache (symlinked) so SmolLM2 is converted at most once.
+Checkpoints of a test session go to a temporary $RECIPES_HOME (removed at the end); the
+converted-model and tokenizer caches are shared with the user's real cache (symlinked) so SmolLM2
+is converted at most once.
 """
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 _REAL_HOME = Path(os.environ.get("RECIPES_HOME", "~/.cache/recipes")).expanduser()
+_CREATED_HOME = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -19,6 +22,7 @@ def pytest_configure(config: pytest.Config) -> None:
         import tempfile
 
         session_home = Path(tempfile.mkdtemp(prefix="recipes-test-home-"))
+        config.stash[_CREATED_HOME] = session_home
     for shared in ("models", "tokenizers"):
         (_REAL_HOME / shared).mkdir(parents=True, exist_ok=True)
         link = session_home / shared
@@ -26,6 +30,26 @@ def pytest_configure(config: pytest.Config) -> None:
             link.symlink_to(_REAL_HOME / shared, target_is_directory=True)
     os.environ["RECIPES_HOME"] = str(session_home)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    created = config.stash.get(_CREATED_HOME, None)
+    if created is not None:
+        shutil.rmtree(created, ignore_errors=True)  # the symlinks go, not the shared caches
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tiny models run on one torch thread: at their size more threads only add synchronisation,
+    and make each step 10-20x slower when other work shares the cores. `slow` tests (the real
+    SmolLM2) keep every thread."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if not request.node.get_closest_marker("slow"):
+        torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

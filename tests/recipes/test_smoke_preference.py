@@ -2,11 +2,7 @@
 dpo_basic, prompt distillation (create_data, then train) and the three-stage RLHF pipeline."""
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
-import torch
 
 from recipes import dpo_basic, rlhf_pipeline
 from recipes.prompt_distillation import create_data
@@ -17,14 +13,6 @@ from recipes_lib.logging import read_metrics
 
 TINY = ["model_name=recipes/tiny-llama", "backend.precision=float32"]
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """The tiny model runs faster on one thread, much faster when other work shares the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_dpo_basic_two_steps(tmp_path: Path) -> None:

@@ -1,11 +1,9 @@
 """Two-step runs of the supervised recipes on the tiny model: they build, train, log and checkpoint."""
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import chz
 import pytest
-import torch
 
 from recipes import sl_basic, sl_loop
 from recipes_lib.checkpoints import load_checkpoints
@@ -14,14 +12,6 @@ from recipes_lib.logging import read_metrics
 
 TINY = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=2"]
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread(request: pytest.FixtureRequest) -> Iterator[None]:
-    """The tiny model runs faster on one thread, much faster when other work shares the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(threads if request.node.get_closest_marker("slow") else 1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_sl_basic_two_steps(tmp_path: Path) -> None:
