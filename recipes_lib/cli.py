@@ -1,5 +1,6 @@
 """Command-line helpers shared by every recipe: `key=value` parsing and the existing-log-dir check."""
 
+import re
 import shutil
 import sys
 from collections.abc import Sequence
@@ -27,8 +28,31 @@ def config_from_argv(blueprint: chz.Blueprint[T], argv: Sequence[str] | None = N
         print(exc)
         raise SystemExit(0) from None
     except EntrypointException as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}{_did_you_mean(blueprint, args, str(exc))}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _did_you_mean(blueprint: chz.Blueprint[T], args: list[str], message: str) -> str:
+    """For an unknown `a.b.leaf` key, the valid keys under `a.b` that end in `.leaf`, as a hint.
+
+    (`dataset_builder.batch_size=4` -> `dataset_builder.common_config.batch_size`.)
+    """
+    unknown = re.search(r"Extraneous argument '([^']+)'", message)
+    if unknown is None:
+        return ""
+    key = unknown.group(1)
+    ancestor, _, leaf = key.rpartition(".")
+    others = [arg for arg in args if arg.split("=", 1)[0] != key]
+    try:
+        blueprint.make_from_argv([*others, "--help"])
+    except EntrypointHelpException as help_text:
+        keys = [line.split()[0] for line in str(help_text).splitlines() if line.startswith("  ") and line.strip()]
+    except Exception:  # noqa: BLE001 - only a hint; the original error is what matters
+        return ""
+    else:
+        return ""
+    close = [k for k in keys if k.endswith(f".{leaf}") and k.startswith(ancestor) and k != key]
+    return f"\nDid you mean: {', '.join(close)}?" if close else ""
 
 
 def check_log_dir(log_path: str | Path, behavior: LogdirBehavior) -> None:

@@ -35,7 +35,7 @@ from recipes_lib.logging import METRICS_FILE, read_metrics  # noqa: E402
 RUN_PLOT = "metrics.png"
 COMPARISON_PLOT = "comparison.png"
 MAX_PANELS = 12
-EVAL_SUFFIXES = ("/accuracy", "/exact_match", "/correct", "/pass_at_1", "/win_rate")
+EVAL_SUFFIXES = ("accuracy", "/exact_match", "/correct", "/pass_at_1", "/win_rate", "/teacher_agreement", "/valid_label")
 NOT_METRICS = {"step", "epoch", "progress"}
 
 
@@ -52,6 +52,7 @@ class Panel:
     ylabel: str = ""
     smoothable: bool = True  # False for schedules (learning rate), which are exact, not noisy
     log_y: bool = False  # losses fall by orders of magnitude; drawn on a log axis when all positive
+    requires: str | None = None  # drawn only for runs that logged this key (e.g. DPO's dpo_loss)
 
 
 PANELS: tuple[Panel, ...] = (
@@ -61,11 +62,11 @@ PANELS: tuple[Panel, ...] = (
     Panel("correct", ("env/all/correct", "test/env/all/correct"), "fraction"),
     Panel("well-formatted answers", ("env/all/format", "test/env/all/format"), "fraction"),
     Panel("KL(sample || train)", ("optim/kl_sample_train_v1", "optim/kl_sample_train_v2"), "nats"),
-    Panel("DPO loss", ("dpo_loss", "test/dpo_loss"), "loss"),
-    Panel("DPO accuracy (chosen > rejected)", ("accuracy", "test/accuracy"), "fraction"),
-    Panel("DPO margin", ("margin", "test/margin"), "beta * log-ratio margin"),
+    Panel("DPO loss", ("dpo_loss", "test/dpo_loss"), "loss", requires="dpo_loss"),
+    Panel("DPO accuracy (chosen > rejected)", ("accuracy", "test/accuracy"), "fraction", requires="dpo_loss"),
+    Panel("DPO margin", ("margin", "test/margin"), "beta * log-ratio margin", requires="dpo_loss"),
     Panel("DPO implicit rewards", ("chosen_reward", "rejected_reward", "test/chosen_reward",
-                                   "test/rejected_reward"), "beta * log-ratio"),
+                                   "test/rejected_reward"), "beta * log-ratio", requires="dpo_loss"),
     Panel("learning rate", ("learning_rate", "optim/lr"), "lr", smoothable=False),
 )
 
@@ -115,9 +116,10 @@ def panels_for(keys: Iterable[str]) -> list[Panel]:
     """The known panels with at least one logged key, then one panel of other evaluator metrics;
     for a run that logged none of those, a panel per metric (at most MAX_PANELS)."""
     keys = set(keys)
-    panels = [dataclasses.replace(p, keys=tuple(k for k in p.keys if k in keys)) for p in PANELS]
+    applicable = [p for p in PANELS if p.requires is None or p.requires in keys]
+    panels = [dataclasses.replace(p, keys=tuple(k for k in p.keys if k in keys)) for p in applicable]
     panels = [p for p in panels if p.keys]
-    covered = {k for p in PANELS for k in p.keys}
+    covered = {k for p in applicable for k in p.keys}
     evals = sorted(k for k in keys - covered if k.endswith(EVAL_SUFFIXES))
     if evals:
         panels.append(Panel("other evaluations", tuple(evals), "score"))

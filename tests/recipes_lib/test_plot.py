@@ -56,6 +56,12 @@ def test_other_evaluator_metrics_and_unknown_runs_still_plot() -> None:
     rows = [{"step": 0, "train_mean_nll": 2.0, "inspect/qa/accuracy": 0.4, "inspect/qa/stderr": 0.1}]
     assert [(p.title, p.keys) for p in panels_for(Run("r", rows).keys)][-1] == (
         "other evaluations", ("inspect/qa/accuracy",))
+    # a supervised run's `test/accuracy` is an evaluator's, not DPO's (which needs dpo_loss)
+    distill = [{"step": 0, "train_mean_nll": 2.0, "test/accuracy": 0.0, "test/teacher_agreement": 0.0,
+                "test/valid_label": 0.0, "learning_rate": 1e-3}]
+    assert [(p.title, p.keys) for p in panels_for(Run("r", distill).keys)] == [
+        ("loss (NLL per token)", ("train_mean_nll",)), ("learning rate", ("learning_rate",)),
+        ("other evaluations", ("test/accuracy", "test/teacher_agreement", "test/valid_label"))]
     unknown = [{"step": 0, "my/metric": 1.0, "other": 2.0}]
     assert _titles(unknown) == ["my/metric", "other"]
 

@@ -60,7 +60,7 @@ def test_nested_overrides_and_the_learning_rate_default(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("arg", "message"),
-    [("learning_rat=1e-3", "Did you mean 'learning_rate'"), ("dataset_builder.batch_size=4", "dataset_builder.batch_size"),
+    [("learning_rat=1e-3", "Did you mean 'learning_rate'"), ("dataset_builder.batch_size=4", "Did you mean: dataset_builder.common_config.batch_size?"),
      ("lora_rank=many", "lora_rank")],
 )
 def test_bad_keys_exit_before_any_work(arg: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
