@@ -51,15 +51,18 @@ class Config:
     # preference left to learn; false: SFT on the chosen ones only.
     sft_include_rejected: bool = True
     sft_learning_rate: float = 1e-3
-    rm_learning_rate: float = 1e-3
+    # Measured on SmolLM2: at 1e-3 the preference model stayed at chance after 32 steps; at 3e-3 its
+    # held-out accuracy reached 1.0 by the end of the first epoch.
+    rm_learning_rate: float = 3e-3
     rm_epochs: int = 1  # the preference model sees each comparison in both orders per epoch
     rl_learning_rate: float = 1e-4
     rl_batch_size: int = 8  # prompts per RL iteration
     rl_group_size: int = 4  # samples per prompt, compared pairwise
     rl_max_tokens: int = 24
-    # Pairs judged per group: one order halves the preference model's work on a CPU (it was trained
-    # on both orders of every comparison); all_pairs_both_ways also cancels any position bias.
-    rl_tournament: TournamentPattern = "all_pairs_one_way"
+    # Pairs judged per group, in both orders: a judge facing two equally good replies still leans
+    # to one position, and judging one order only turned that lean into rewards 0, 1/3, 2/3, 1 for
+    # four identical replies (noise the policy then trained on). Both orders cancel it.
+    rl_tournament: TournamentPattern = "all_pairs_both_ways"
     rl_steps: int = 10
     max_steps: int | None = None  # caps every stage (smoke runs)
     eval_every: int = 16

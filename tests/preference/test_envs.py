@@ -27,6 +27,14 @@ def test_win_rates_by_hand() -> None:
     assert win_rates(2, [], []) == [0.5, 0.5]
 
 
+def test_both_orders_cancel_a_judges_position_lean_on_equal_replies() -> None:
+    """A judge that, between equal replies, always favours position A (score -0.8 on every pair)."""
+    one_way = tournament_pairs(4, "all_pairs_one_way")
+    both = tournament_pairs(4, "all_pairs_both_ways")
+    assert win_rates(4, one_way, [-0.8] * len(one_way)) == pytest.approx([0.9, 0.9 * 2 / 3 + 0.1 / 3, 0.9 / 3 + 0.2 / 3, 0.1])
+    assert win_rates(4, both, [-0.8] * len(both)) == pytest.approx([0.5] * 4)
+
+
 class LongerIsBetter(PreferenceModel):
     """A fake judge: +1 when B is longer, -1 when A is longer, 0 on equal lengths."""
 
