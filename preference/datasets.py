@@ -18,7 +18,7 @@ into DPO pairs (`preference.data`) or reward-model conversations (`preference.re
 import json
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +168,11 @@ class HuggingFaceComparisonBuilder(ComparisonDatasetBuilder):
         return kept
 
 
+def _chat(rows: Sequence[Mapping[str, Any]]) -> list[Message]:
+    """A dataset's list of {"role", "content", ...} rows as messages (other keys dropped)."""
+    return [Message(role=row["role"], content=row["content"]) for row in rows]
+
+
 @chz.chz
 class HHHComparisonBuilder(HuggingFaceComparisonBuilder):
     """Anthropic's helpful-harmless RLHF set: `chosen` / `rejected` transcripts sharing a prefix."""
@@ -226,7 +231,7 @@ class HelpSteer3ComparisonBuilder(HuggingFaceComparisonBuilder):
     max_test: int | None = 1024
 
     def example_to_labeled_comparison(self, example: Mapping[str, Any]) -> LabeledComparison | None:
-        context = [Message(role=m["role"], content=m["content"]) for m in example["context"]]
+        context = _chat(example["context"])
         a, b = example["response1"], example["response2"]
         if not context or not a.strip() or not b.strip():
             return None
@@ -249,8 +254,8 @@ class UltraFeedbackComparisonBuilder(HuggingFaceComparisonBuilder):
     max_test: int | None = 1024
 
     def example_to_labeled_comparison(self, example: Mapping[str, Any]) -> LabeledComparison | None:
-        chosen = [Message(role=m["role"], content=m["content"]) for m in example["chosen"]]
-        rejected = [Message(role=m["role"], content=m["content"]) for m in example["rejected"]]
+        chosen = _chat(example["chosen"])
+        rejected = _chat(example["rejected"])
         if len(chosen) < 2 or chosen[:-1] != rejected[:-1] or chosen[-1]["role"] != "assistant":
             return None
         if not chosen[-1]["content"].strip() or not rejected[-1]["content"].strip():

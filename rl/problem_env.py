@@ -13,25 +13,16 @@ reply earns 1, and a badly formatted one loses `format_coef`. A reply cut off be
 renderer's stop sequence counts as badly formatted (unless `require_stop_for_format=False`).
 """
 
-import re
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import tinker
 
+from recipes_lib.parsing import last_integer as last_integer  # re-exported: tasks import it from here
 from renderers import Message, Renderer
 from rl.dataset import RepeatedEnvGroupBuilder
 from rl.types import Action, Env, Observation, StepResult, StopCondition
-
-_INTEGER = re.compile(r"-?\d[\d,]*")
-
-
-def last_integer(text: str) -> int | None:
-    """The last integer written in `text` (thousands commas allowed), or None: "1 + 2 = 3." -> 3."""
-    matches = [m.group().replace(",", "") for m in _INTEGER.finditer(text)]
-    numbers = [m for m in matches if m.lstrip("-")]
-    return int(numbers[-1]) if numbers else None
 
 
 class ProblemEnv(Env):

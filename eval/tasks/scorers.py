@@ -4,18 +4,10 @@ Both read the model's completion (`state.output.completion`) and give `CORRECT` 
 so Inspect's `accuracy()` is the fraction of samples answered right.
 """
 
-import re
-
 from inspect_ai.scorer import CORRECT, INCORRECT, Score, Scorer, Target, accuracy, scorer, stderr
 from inspect_ai.solver import TaskState
 
-_INTEGER = re.compile(r"-?\d[\d,]*")
-
-
-def last_integer(text: str) -> int | None:
-    """The last integer written in `text` ("The answer is 1,204." -> 1204), or None."""
-    matches = _INTEGER.findall(text)
-    return int(matches[-1].replace(",", "")) if matches else None
+from recipes_lib.parsing import last_integer as last_integer  # re-exported for the tasks
 
 
 @scorer(metrics=[accuracy(), stderr()])
