@@ -221,7 +221,7 @@ class LocalEngine:
         limit = MAX_SAMPLE_ROWS.get(self.precision.device.type, 64)
         for chunk in _chunks_by_rows(items, limit):
             jobs = [item.job for item in chunk if item.job is not None]
-            rows_per_job = generate(base.sampler.model, jobs, tokenizer, self.precision, base.max_context,
+            rows_per_job = generate(base.sampler, jobs, tokenizer, base.max_context,
                                     self._stopped)
             extras = _prompt_logprobs(base, jobs, self.precision)
             for item, rows, extra in zip(chunk, rows_per_job, extras):

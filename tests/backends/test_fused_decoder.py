@@ -1,0 +1,144 @@
+"""The sampler's fused decode step computes what the model's own full forward computes.
+
+The reference for every step is a fresh Hugging Face forward over the whole (left-padded) sequence
+without a cache, on an untouched copy of the model, with any LoRA delta merged into its weights
+in fp32: an independent computation of the same function.
+"""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from tinker import types
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from recipes_lib.backends.local import decoder as decoder_module
+from recipes_lib.backends.local.decoder import FusedDecoder, supports
+from recipes_lib.backends.local.models import load_base_model
+
+PROMPTS = [[5, 17, 300, 41, 9, 77], [1000, 3], [8, 8, 8, 250]]
+
+
+def _left_padded(sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in sequences)
+    tokens = torch.zeros((len(sequences), width), dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        tokens[i, width - len(seq):] = torch.tensor(seq)
+        mask[i, width - len(seq):] = 1
+    return tokens, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def _reference_logits(model: torch.nn.Module, sequences: list[list[int]]) -> torch.Tensor:
+    tokens, mask, positions = _left_padded(sequences)
+    with torch.no_grad():
+        return model(input_ids=tokens, attention_mask=mask, position_ids=positions).logits[:, -1]
+
+
+def _untie_head(model: torch.nn.Module) -> None:
+    """The sampler unties the head from the embeddings, so a delta on the head leaves them alone."""
+    head = model.get_output_embeddings()  # type: ignore[operator]
+    head.weight = torch.nn.Parameter(head.weight.detach().clone(), requires_grad=False)
+
+
+def _random_deltas(model: torch.nn.Module, rank: int, seed: int) -> dict[str, tuple[torch.Tensor, torch.Tensor, float]]:
+    generator = torch.Generator().manual_seed(seed)
+    deltas = {}
+    for path, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and not path.endswith("k_proj"):  # one member left unadapted
+            a = torch.randn(rank, module.in_features, generator=generator) * 0.05
+            b = torch.randn(module.out_features, rank, generator=generator) * 0.05
+            deltas[path] = (a, b, 2.0)
+    return deltas
+
+
+@pytest.mark.parametrize("name", ["recipes/tiny-llama", "recipes/tiny-qwen3"])
+@pytest.mark.parametrize("with_lora", [False, True])
+def test_fused_steps_equal_full_forwards(name: str, with_lora: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(decoder_module, "ROOM_STEP", 3)  # the cache grows several times below
+    model = load_base_model(name).eval()
+    _untie_head(model)
+    reference = copy.deepcopy(model)
+    assert supports(model)
+    fused = FusedDecoder(model)
+    if with_lora:
+        deltas = _random_deltas(model, rank=4, seed=0)
+        fused.set_lora(deltas)
+        with torch.no_grad():
+            for path, (a, b, scale) in deltas.items():
+                reference.get_submodule(path).weight += scale * b @ a
+
+    sequences = [list(p) for p in PROMPTS]
+    tokens, mask, positions = _left_padded(sequences)
+    with torch.inference_mode():
+        # The prefill cache of the adapted model (the sampler's own prefill adds the delta by hooks).
+        out = reference.get_decoder()(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True)
+        rows = torch.tensor([0, 1, 2, 1])  # prompt 1 decoded twice from one prefill
+        fused.start(out.cache, rows, mask[rows], new_tokens=12)
+    sequences = [list(PROMPTS[i]) for i in rows.tolist()]
+    rng = np.random.default_rng(0)
+    for step in range(9):
+        if step == 5:  # rows 0 and 2 finish
+            keep = torch.tensor([1, 3])
+            fused.keep(keep)
+            sequences = [sequences[i] for i in keep.tolist()]
+        new = [int(t) for t in rng.integers(3, 5000, size=len(sequences))]
+        positions_R = torch.tensor([len(s) for s in sequences])
+        for seq, token in zip(sequences, new):
+            seq.append(token)
+        with torch.inference_mode():
+            logits = fused.step(torch.tensor(new), positions_R).float()
+        expected = _reference_logits(reference, sequences)
+        torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_weights_written_through_the_model_reach_the_fused_step() -> None:
+    """A delta merged into the model's Linear weights (as the fp32 sampler does) is what the step reads."""
+    model = load_base_model("recipes/tiny-llama").eval()
+    _untie_head(model)
+    fused = FusedDecoder(model)
+    deltas = _random_deltas(model, rank=2, seed=1)
+    with torch.no_grad():
+        for path, (a, b, scale) in deltas.items():
+            model.get_submodule(path).weight.add_(scale * b @ a)
+    fused.weights_changed()
+    tokens, mask, positions = _left_padded([PROMPTS[0]])
+    with torch.inference_mode():
+        out = model.get_decoder()(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True)
+        fused.start(out.cache, torch.tensor([0]), mask, new_tokens=1)
+        logits = fused.step(torch.tensor([42]), torch.tensor([len(PROMPTS[0])]))
+    torch.testing.assert_close(logits, _reference_logits(model, [PROMPTS[0] + [42]]), atol=1e-4, rtol=1e-4)
+
+
+def test_unsupported_architectures_fall_back_to_the_model_forward() -> None:
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, mlp_bias=True)
+    assert not supports(LlamaForCausalLM(config))
+
+
+def test_sampling_with_and_without_the_fused_step_agree(service_client, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    trainer = service_client.create_lora_training_client("recipes/tiny-qwen3", rank=4, seed=2)
+    datum = types.Datum(model_input=types.ModelInput.from_ints(tiny_tokenizer.encode("one two three four")),
+                        loss_fn_inputs={"target_tokens": tiny_tokenizer.encode("two three four five"),
+                                        "weights": [1.0] * 4})
+    trainer.forward_backward([datum], "cross_entropy")
+    trainer.optim_step(types.AdamParams(learning_rate=1e-2))
+    sampler = trainer.save_weights_and_get_sampling_client()
+    prompts = [types.ModelInput.from_ints(tiny_tokenizer.encode(t)) for t in ("Hello", "A longer prompt here")]
+    params = types.SamplingParams(max_tokens=10, seed=3, temperature=1.0)
+
+    def sample_all() -> list[types.SampledSequence]:
+        return [s for p in prompts for s in sampler.sample(p, 2, params).result().sequences]
+
+    fused = sample_all()
+    sampler_model = sampler._snapshot.base.sampler  # noqa: SLF001
+    decoder, sampler_model.decoder = sampler_model.decoder, None
+    try:
+        plain = sample_all()
+    finally:
+        sampler_model.decoder = decoder
+    assert decoder is not None
+    assert [s.tokens for s in fused] == [s.tokens for s in plain]
+    for a, b in zip(fused, plain):
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
