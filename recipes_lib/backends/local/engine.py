@@ -24,6 +24,7 @@ from tinker import types
 from transformers import PreTrainedModel
 
 from recipes_lib.backends.local.adapters import AdapterHost, LoraSpec, lora_deltas
+from recipes_lib.backends.local.attention import use_fp32_attention
 from recipes_lib.backends.local.futures import LocalFuture
 from recipes_lib.backends.local.models import load_base_model, max_context_length
 from recipes_lib.backends.local.precision import DeviceName, Precision, PrecisionName, resolve_precision
@@ -136,6 +137,8 @@ class LocalEngine:
                     # The base is frozen, so it needs no fp32 master copy: storing it in the compute
                     # dtype saves autocast's per-step weight casts (~9 % of a step) and half the memory.
                     model.to(self.precision.autocast)
+                    if self.precision.device.type == "cpu":
+                        use_fp32_attention(model)
                 self._bases[name] = BaseEntry(name, model, AdapterHost(model), self.precision, max_context_length(name))
             return self._bases[name]
 
