@@ -4,7 +4,8 @@ Prints, for SmolLM2-135M with LoRA rank 32, in fp32 and bf16 autocast:
 
 - training tokens/s of `forward_backward` + `optim_step` on 8 x 128 tokens (every token weighted,
   and a prompt-masked variant where 1 token in 4 carries loss);
-- sampling tokens/s for 8 distinct prompts x 64 new tokens, and 1 prompt with `num_samples=8`;
+- sampling tokens/s for 8 distinct prompts x 64 new tokens, 1 prompt with `num_samples=8`, and the
+  8 prompts from a rank-32 LoRA snapshot (what RL samples from);
 - peers measured in the same run: a plain peft training loop (full-logits loss) and HF `generate`;
 - the matmul peak measured in the same run, and achieved/peak (model FLOPs from the config:
   4 N per trained token, forward plus activation gradients, N = matmul weights incl. unembedding),
@@ -86,8 +87,12 @@ def bench_training(service: ServiceClient, repeats: int, loss_fraction: float) -
     return 8 * 128 / _median_seconds(step, repeats)
 
 
-def bench_sampling(service: ServiceClient, repeats: int, shared_prompt: bool) -> float:
-    sampler = service.create_sampling_client(base_model=SMOLLM2_NAME)
+def bench_sampling(service: ServiceClient, repeats: int, shared_prompt: bool, lora: bool = False) -> float:
+    if lora:  # a rank-32 adapter snapshot, as RL samples from (bf16 keeps it beside the weights)
+        trainer = service.create_lora_training_client(SMOLLM2_NAME, rank=32, seed=0)
+        sampler = trainer.save_weights_and_get_sampling_client()  # in memory, nothing written
+    else:
+        sampler = service.create_sampling_client(base_model=SMOLLM2_NAME)
     tokenizer = sampler.get_tokenizer()
     questions = [f"Tell me a short story about the number {i}." for i in range(8)]
     prompts = [types.ModelInput.from_ints(tokenizer.encode(q)) for q in questions]
@@ -169,6 +174,7 @@ def main() -> None:
             "train_masked_tok_s": bench_training(service, args.repeats, 0.25),
             "sample_8_prompts_tok_s": bench_sampling(service, args.repeats, shared_prompt=False),
             "sample_1_prompt_x8_tok_s": bench_sampling(service, args.repeats, shared_prompt=True),
+            "sample_lora_tok_s": bench_sampling(service, args.repeats, shared_prompt=False, lora=True),
             "peer_train_tok_s": peer_training(precision, args.repeats),
             "peer_sample_tok_s": peer_sampling(precision, args.repeats),
         }
@@ -185,6 +191,7 @@ def main() -> None:
         print(f"  sample 8 prompts x 64 tokens                  : {row['sample_8_prompts_tok_s']:7.1f} tok/s "
               f"= {row['decode_frac_of_bound']:.0%} of the weight-streaming bound ({row['decode_bound_tok_s']:.0f})")
         print(f"  sample 1 prompt x 8 samples x 64 tokens       : {row['sample_1_prompt_x8_tok_s']:7.1f} tok/s")
+        print(f"  sample 8 prompts x 64 tokens, LoRA snapshot   : {row['sample_lora_tok_s']:7.1f} tok/s")
         print(f"  peer: plain peft loop, full logits            : {row['peer_train_tok_s']:7.1f} tok/s "
               f"-> ours {row['train_tok_s'] / row['peer_train_tok_s']:.2f}x")
         print(f"  peer: HF generate, 8 prompts x 64 tokens      : {row['peer_sample_tok_s']:7.1f} tok/s "

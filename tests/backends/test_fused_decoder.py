@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from tinker import types
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from recipes_lib.backends.local import decoder as decoder_module
 from recipes_lib.backends.local.decoder import FusedDecoder, supports
@@ -53,11 +53,25 @@ def _random_deltas(model: torch.nn.Module, rank: int, seed: int) -> dict[str, tu
     return deltas
 
 
-@pytest.mark.parametrize("name", ["recipes/tiny-llama", "recipes/tiny-qwen3"])
+def _model(name: str) -> torch.nn.Module:
+    if name == "qwen2":  # q/k/v projections with biases (fused along with the weights)
+        torch.manual_seed(0)
+        config = Qwen2Config(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+        model = Qwen2ForCausalLM(config)
+        with torch.no_grad():
+            for layer in model.model.layers:
+                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    proj.bias.normal_(0, 0.1)
+        return model
+    return load_base_model(name)
+
+
+@pytest.mark.parametrize("name", ["recipes/tiny-llama", "recipes/tiny-qwen3", "qwen2"])
 @pytest.mark.parametrize("with_lora", [False, True])
 def test_fused_steps_equal_full_forwards(name: str, with_lora: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(decoder_module, "ROOM_STEP", 3)  # the cache grows several times below
-    model = load_base_model(name).eval()
+    model = _model(name).eval()
     _untie_head(model)
     reference = copy.deepcopy(model)
     assert supports(model)
