@@ -5,7 +5,8 @@ in fp32 its delta is merged into the weights once per snapshot switch (base-mode
 in bf16 it is added beside each weight, as the trainer computes it, because merging a small delta
 into bf16 weights rounds much of it away and the sampler's log-probs would drift from the
 trainer's. Requests are batched: every distinct prompt is prefilled once, its KV cache is shared
-by all its samples, and finished rows leave the batch.
+by all its samples, and finished rows leave the batch. Llama-family models decode through the
+fused step of `decoder.py` (2-3x the model's own forward on a CPU); others through their forward.
 
 Returned log-probs are those of the distribution sampled from: `log_softmax(logits / T)` for
 temperature T > 0 (before top-k / top-p truncation), and the untempered `log_softmax(logits)` for
