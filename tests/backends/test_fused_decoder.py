@@ -156,3 +156,51 @@ def test_sampling_with_and_without_the_fused_step_agree(service_client, tiny_tok
     assert [s.tokens for s in fused] == [s.tokens for s in plain]
     for a, b in zip(fused, plain):
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["recipes/tiny-llama", "recipes/tiny-qwen3"])
+def test_bf16_sampled_logprobs_equal_scores_with_a_trained_adapter(name: str) -> None:
+    """In bf16 the delta stays beside the weights; the fused step must round it as scoring does."""
+    from recipes_lib.backends.local.clients import ServiceClient
+    from recipes_lib.tokenizers import get_tokenizer
+
+    tokenizer = get_tokenizer(name)
+    trainer = ServiceClient(precision="bfloat16", device="cpu").create_lora_training_client(name, rank=8, seed=0)
+    tokens = tokenizer.encode("one two three four five six seven eight nine ten")
+    datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                        loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)})
+    for _ in range(3):
+        trainer.forward_backward([datum], "cross_entropy")
+        trainer.optim_step(types.AdamParams(learning_rate=1e-2))
+    sampler = trainer.save_weights_and_get_sampling_client()
+    assert sampler._snapshot.base.sampler.decoder is not None  # noqa: SLF001
+    for seed, text in enumerate(["Hello", "Once upon a time there", "The numbers are"]):
+        prompt = tokenizer.encode(text)
+        response = sampler.sample(types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=20, seed=seed))
+        for seq in response.result().sequences:
+            scored = sampler.compute_logprobs(types.ModelInput.from_ints(prompt + list(seq.tokens))).result()
+            np.testing.assert_allclose(scored[len(prompt):], seq.logprobs, atol=1e-4)
+
+
+def test_other_architectures_sample_from_their_own_logits() -> None:
+    """A model outside the fused decoder keeps its forward's logit processing (Gemma2 soft-caps them)."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    from recipes_lib.backends.local.precision import Precision
+    from recipes_lib.backends.local.sampler import SampleJob, SamplerModel, generate
+
+    torch.manual_seed(0)
+    config = Gemma2Config(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=16, final_logit_softcapping=0.5)
+    model = Gemma2ForCausalLM(config).eval()
+    weights = {n: m.weight for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    sampler = SamplerModel(model, weights, Precision(torch.device("cpu"), None, torch.float32))
+    assert sampler.decoder is None
+    prompt = [5, 9, 17, 33]
+    [[row]] = generate(sampler, [SampleJob(prompt, 1, types.SamplingParams(max_tokens=2, temperature=0.0))], None, 64)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt])).logits[0, -1]
+    assert logits.abs().max() <= 0.5  # soft-capped
+    expected = torch.log_softmax(logits, -1)
+    assert row.tokens[0] == int(expected.argmax())
+    assert row.logprobs[0] == pytest.approx(float(expected.max()), abs=1e-5)

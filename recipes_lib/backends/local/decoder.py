@@ -9,8 +9,8 @@ layer. This step computes the same function with
   the model's own `nn.Linear` weights become views into it, so the Hugging Face forward (used for
   prefill and scoring) and this step always read the same numbers;
 - on a CPU, weights re-laid out once for oneDNN's small-batch matmul (1.4-2x faster per matmul);
-- a LoRA delta kept beside the weights (the bf16 sampler) as `[W | B] @ [x | x A^T]`: A stacked,
-  B block-diagonal, one matmul for the base and delta products;
+- a LoRA delta kept beside the weights (the bf16 sampler) fused the same way: A stacked, B
+  block-diagonal, its products rounded as the sampler's own forward rounds them;
 - a KV cache grown in large steps and written in place (fp32, one tensor for all layers), and the
   one-query attention computed directly in fp32, which at these sizes is ~3x faster on a CPU than
   torch's fused attention kernel.
@@ -66,56 +66,66 @@ class _Fused:
             start += size
         self.lora_a: torch.Tensor | None = None
         self.lora_b: torch.Tensor | None = None
+        self.lora_scale = 1.0
         self.packed: torch.Tensor | None = None
         self.packed_a: torch.Tensor | None = None
+        self.packed_b: torch.Tensor | None = None
 
     def pack(self) -> None:
-        """Re-lay the weights out for oneDNN's small-batch matmul (1.4-2x faster here), if available.
-
-        With a LoRA delta, the packed weight is `[W | B]`, applied to `[x | x @ A^T]`: the base and
-        the delta products become one matmul.
-        """
-        if not _can_pack(self.weight):
-            self.packed = self.packed_a = None
-        elif self.lora_a is not None and self.lora_b is not None:
-            self.packed = _reorder(torch.cat([self.weight, self.lora_b], dim=1))
-            self.packed_a = _reorder(self.lora_a)
-        else:
-            self.packed, self.packed_a = _reorder(self.weight), None
+        """Re-lay the weights out for oneDNN's small-batch matmul (1.4-2x faster here), if available."""
+        self.packed = self.packed_a = self.packed_b = None
+        if _can_pack(self.weight):
+            self.packed = _reorder(self.weight)
+            if self.lora_a is not None and self.lora_b is not None:
+                self.packed_a, self.packed_b = _reorder(self.lora_a), _reorder(self.lora_b)
 
     def set_lora(self, deltas: Deltas, dtype: torch.dtype) -> None:
-        """Stack the A of every adapted member; put each scaled B on the block diagonal."""
+        """Stack the A of every adapted member; put each B on the block diagonal.
+
+        The delta is then computed as the sampler's hooks (and peft) compute it, product by
+        product in `dtype`: `(x @ A^T) @ B^T * scale`, so its rounding is theirs too.
+        """
         members = [(i, deltas[path]) for i, path in enumerate(self.paths) if path in deltas]
         if not members:
             self.lora_a = self.lora_b = None
             return
+        scales = {scale for _, (_, _, scale) in members}
+        self.lora_scale = scales.pop() if len(scales) == 1 else 1.0  # else each B carries its own
         starts = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
         ranks = [a.shape[0] for _, (a, _, _) in members]
         device = self.weight.device
         b_block = torch.zeros(sum(self.sizes), sum(ranks), device=device, dtype=torch.float32)
         col = 0
         for (i, (_, b, scale)), rank in zip(members, ranks):
-            b_block[starts[i] : starts[i] + self.sizes[i], col : col + rank] = scale * b.to(device, torch.float32)
+            folded = b.to(device, torch.float32) * (scale / self.lora_scale)
+            b_block[starts[i] : starts[i] + self.sizes[i], col : col + rank] = folded
             col += rank
         self.lora_a = torch.cat([a.to(device, dtype) for _, (a, _, _) in members])
         self.lora_b = b_block.to(dtype)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is not None and self.packed_a is not None:
-            u = torch.ops.mkldnn._linear_pointwise(x, self.packed_a, None, "none", [], "")
-            return torch.ops.mkldnn._linear_pointwise(torch.cat([x, u], dim=-1), self.packed, self.bias, "none", [], "")
-        if self.packed is not None:
-            out = torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-        else:
-            out = F.linear(x, self.weight, self.bias)
+        out = _linear(x, self.weight, self.packed, self.bias)
         if self.lora_a is not None and self.lora_b is not None:
-            out = out + F.linear(F.linear(x, self.lora_a), self.lora_b)
+            u = _linear(x, self.lora_a, self.packed_a)
+            out = out + _linear(u, self.lora_b, self.packed_b) * self.lora_scale
         return out
 
 
+def _linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None,
+            bias: torch.Tensor | None = None) -> torch.Tensor:
+    if packed is not None:
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    return F.linear(x, weight, bias)
+
+
 def _can_pack(weight: torch.Tensor) -> bool:
-    return (weight.device.type == "cpu" and weight.dtype in (torch.float32, torch.bfloat16)
-            and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+    if weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    if not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        return False
+    if weight.dtype == torch.bfloat16:  # oneDNN's bf16 matmul needs AVX512 (BW/VL/DQ) or AVX-NE-CONVERT
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return weight.dtype == torch.float32
 
 
 def _reorder(weight: torch.Tensor) -> torch.Tensor:
@@ -170,6 +180,8 @@ class FusedDecoder:
         paths = {module: path for path, module in model.named_modules()}
         self.layers = [_Layer(layer, paths[layer]) for layer in model.model.layers]
         head = model.get_output_embeddings()
+        # Fusing copies the head weight: a head tied to the embeddings would silently come apart.
+        assert head.weight is not model.get_input_embeddings().weight, "untie the head before fusing"
         self.head = _Fused([head], [paths[head]])
         self.final_norm = (model.model.norm.weight, model.model.norm.variance_epsilon)
         self.embed = model.model.embed_tokens
@@ -222,6 +234,11 @@ class FusedDecoder:
             more = self.keys.new_empty(self.keys.shape[:3] + (max(ROOM_STEP, self.length // 2),) + self.keys.shape[4:])
             self.keys = torch.cat([self.keys, more], dim=3)
             self.values = torch.cat([self.values, torch.empty_like(more)], dim=3)
+
+    def finish(self) -> None:
+        """Free the generation's KV cache."""
+        self.keys = self.values = self.mask = None
+        self.length = 0
 
     def keep(self, index: torch.Tensor) -> None:
         """Keep only the rows at `index` (finished rows leave the batch)."""

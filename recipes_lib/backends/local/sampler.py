@@ -171,7 +171,7 @@ def generate(
     rows = [_make_row(j, s, prompt_index[tuple(job.prompt)], job, max_context, precision)
             for j, job in enumerate(jobs) for s in range(job.num_samples)]
     with torch.inference_mode():
-        cache, logits_P_V, mask_P_L = _prefill(model, prompts, precision)
+        cache, logits_P_V, mask_P_L = _prefill(model, prompts, precision, plain_head=sampler.decoder is not None)
         expand = torch.tensor([row.prompt for row in rows], device=precision.device)
         if sampler.decoder is not None:
             sampler.decoder.start(cache, expand, mask_P_L[expand], max(row.max_tokens for row in rows))
@@ -180,7 +180,11 @@ def generate(
         else:
             cache.reorder_cache(expand)
             step = _forward_step(model, cache, mask_P_L[expand])
-        _decode(step, rows, logits_P_V[expand], mask_P_L[expand].sum(-1), tokenizer, precision, cancel)
+        try:
+            _decode(step, rows, logits_P_V[expand], mask_P_L[expand].sum(-1), tokenizer, precision, cancel)
+        finally:
+            if sampler.decoder is not None:
+                sampler.decoder.finish()
     finished: list[list[_Row]] = [[] for _ in jobs]
     for row in rows:
         finished[row.job].append(row)
@@ -201,9 +205,13 @@ def _make_row(j: int, s: int, p: int, job: SampleJob, max_context: int, precisio
 
 
 def _prefill(
-    model: PreTrainedModel, prompts: Sequence[tuple[int, ...]], precision: Precision
+    model: PreTrainedModel, prompts: Sequence[tuple[int, ...]], precision: Precision, plain_head: bool
 ) -> tuple[Any, torch.Tensor, torch.Tensor]:
-    """Left-padded forward over the distinct prompts; returns the cache, last logits, mask."""
+    """Left-padded forward over the distinct prompts; returns the cache, last logits, mask.
+
+    `plain_head`: the logits are the head's output, untouched (true of the models the fused
+    decoder supports; others may scale or soft-cap them in their forward).
+    """
     width = max(len(p) for p in prompts)
     tokens = torch.zeros((len(prompts), width), dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -212,6 +220,9 @@ def _prefill(
         mask[i, width - len(prompt):] = 1
     tokens, mask = tokens.to(precision.device), mask.to(precision.device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    if not plain_head:  # the model's forward, with whatever it does to its logits
+        out = model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        return out.cache, out.logits[:, -1].float(), mask
     out = model.get_decoder()(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True)
     # The head on a 2-D slice: on the 3-D `[:, -1:]` view (`logits_to_keep=1`) torch's matmul
     # copies the head weight once per prompt (~0.4 s for SmolLM2 on 8 prompts).
