@@ -14,24 +14,22 @@ from tinker import types
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from recipes_lib.backends.local import decoder as decoder_module
+from recipes_lib.backends.local.batch import pad_left_tokens
 from recipes_lib.backends.local.decoder import FusedDecoder, supports
 from recipes_lib.backends.local.models import load_base_model
 
 PROMPTS = [[5, 17, 300, 41, 9, 77], [1000, 3], [8, 8, 8, 250]]
 
 
-def _left_padded(sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in sequences)
-    tokens = torch.zeros((len(sequences), width), dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, seq in enumerate(sequences):
-        tokens[i, width - len(seq):] = torch.tensor(seq)
-        mask[i, width - len(seq):] = 1
-    return tokens, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+def test_left_padding_by_hand() -> None:
+    tokens, mask, positions = pad_left_tokens([[7, 8, 9], [5]])
+    assert tokens.tolist() == [[7, 8, 9], [0, 0, 5]]
+    assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert positions.tolist() == [[0, 1, 2], [0, 0, 0]]
 
 
 def _reference_logits(model: torch.nn.Module, sequences: list[list[int]]) -> torch.Tensor:
-    tokens, mask, positions = _left_padded(sequences)
+    tokens, mask, positions = pad_left_tokens(sequences)
     with torch.no_grad():
         return model(input_ids=tokens, attention_mask=mask, position_ids=positions).logits[:, -1]
 
@@ -84,7 +82,7 @@ def test_fused_steps_equal_full_forwards(name: str, with_lora: bool, monkeypatch
                 reference.get_submodule(path).weight += scale * b @ a
 
     sequences = [list(p) for p in PROMPTS]
-    tokens, mask, positions = _left_padded(sequences)
+    tokens, mask, positions = pad_left_tokens(sequences)
     with torch.inference_mode():
         # The prefill cache of the adapted model (the sampler's own prefill adds the delta by hooks).
         out = reference.get_decoder()(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True)
@@ -117,7 +115,7 @@ def test_weights_written_through_the_model_reach_the_fused_step() -> None:
         for path, (a, b, scale) in deltas.items():
             model.get_submodule(path).weight.add_(scale * b @ a)
     fused.weights_changed()
-    tokens, mask, positions = _left_padded([PROMPTS[0]])
+    tokens, mask, positions = pad_left_tokens([PROMPTS[0]])
     with torch.inference_mode():
         out = model.get_decoder()(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True)
         fused.start(out.cache, torch.tensor([0]), mask, new_tokens=1)

@@ -102,6 +102,17 @@ def pad_right_tokens(sequences: Sequence[Sequence[int] | torch.Tensor], pad_id: 
     return tokens, mask
 
 
+def pad_left_tokens(sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded `tokens_B_T`, `attention_mask_B_T` and `position_ids_B_T` (0 at each first token)."""
+    width = max(len(s) for s in sequences)
+    tokens = torch.zeros((len(sequences), width), dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        tokens[row, width - len(sequence) :] = torch.as_tensor(sequence, dtype=torch.long)
+        mask[row, width - len(sequence) :] = 1
+    return tokens, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
 def micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     """Group datum indices into micro-batches of at most `max_tokens` padded tokens.
 

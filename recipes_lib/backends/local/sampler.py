@@ -29,7 +29,7 @@ from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
 from torch import nn
 from transformers import PreTrainedModel
 
-from recipes_lib.backends.local.batch import micro_batches, pad_right_tokens
+from recipes_lib.backends.local.batch import micro_batches, pad_left_tokens, pad_right_tokens
 from recipes_lib.backends.local.decoder import FusedDecoder
 from recipes_lib.backends.local.decoder import supports as decoder_supports
 from recipes_lib.backends.local.precision import Precision
@@ -212,14 +212,7 @@ def _prefill(
     `plain_head`: the logits are the head's output, untouched (true of the models the fused
     decoder supports; others may scale or soft-cap them in their forward).
     """
-    width = max(len(p) for p in prompts)
-    tokens = torch.zeros((len(prompts), width), dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, prompt in enumerate(prompts):
-        tokens[i, width - len(prompt):] = torch.tensor(prompt)
-        mask[i, width - len(prompt):] = 1
-    tokens, mask = tokens.to(precision.device), mask.to(precision.device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    tokens, mask, positions = (t.to(precision.device) for t in pad_left_tokens(prompts))
     if not plain_head:  # the model's forward, with whatever it does to its logits
         out = model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
         return out.cache, out.logits[:, -1].float(), mask
