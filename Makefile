@@ -31,7 +31,7 @@ test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: setup
-	$(BIN)/python -m recipes_lib.bench
+	$(BIN)/python -m recipes_lib.bench --server
 
 typecheck: setup
 	$(BIN)/python -m mypy recipes_lib renderers supervised rl preference eval recipes

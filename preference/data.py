@@ -151,7 +151,7 @@ class DPODatasetBuilder:
     @chz.validate
     def _positive_batch(self) -> None:
         if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+            raise ConfigurationError(f"batch_size must be >= 1, got {self.batch_size}.")
 
     @property
     def renderer(self) -> Renderer:

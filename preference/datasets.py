@@ -15,7 +15,6 @@ into DPO pairs (`preference.data`) or reward-model conversations (`preference.re
   dataset (the tests use small fixtures in each dataset's own layout).
 """
 
-import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,6 +25,7 @@ import chz
 
 from preference.types import LABELS, Comparison, Label, LabeledComparison
 from recipes_lib.exceptions import DataFormatError
+from recipes_lib.jsonl import read_jsonl
 from renderers import Message
 
 logger = logging.getLogger(__name__)
@@ -68,15 +68,8 @@ def read_comparisons_jsonl(path: str | Path) -> Split:
     if not path.is_file():
         raise DataFormatError(f"Comparison file {path} does not exist.")
     comparisons = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataFormatError(f"{where}: not valid JSON ({exc.msg}).") from None
-        comparisons.append(parse_comparison_row(row, where))
+    for number, row in read_jsonl(path):
+        comparisons.append(parse_comparison_row(row, f"{path} line {number}"))
     if not comparisons:
         raise DataFormatError(f"Comparison file {path} has no comparisons.")
     return comparisons

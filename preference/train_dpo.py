@@ -38,8 +38,9 @@ from recipes_lib.checkpoints import (
     last_resumable,
     save_checkpoint,
 )
-from recipes_lib.cli import LogdirBehavior, check_log_dir, config_from_argv
-from recipes_lib.config import BackendConfig, backend_field
+from recipes_lib.cli import LogdirBehavior, run_recipe, start_run
+from recipes_lib.config import BackendConfig, backend_field, check_positive
+from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.logging import setup_logging
 from recipes_lib.schedules import LRSchedule, lr_multiplier
 
@@ -75,10 +76,9 @@ class Config:
 
     @chz.validate
     def _check(self) -> None:
-        if self.dpo_beta <= 0:
-            raise ValueError(f"dpo_beta must be positive, got {self.dpo_beta}")
+        check_positive(dpo_beta=self.dpo_beta, learning_rate=self.learning_rate, lora_rank=self.lora_rank)
         if self.num_epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
-            raise ValueError("num_epochs and max_steps must be >= 1")
+            raise ConfigurationError("num_epochs and max_steps must be >= 1.")
 
     @chz.init_property
     def resolved_dataset_builder(self) -> DPODatasetBuilder:
@@ -169,14 +169,15 @@ class _Run:
 
 def main(config: Config) -> None:
     """Train the policy with DPO; resumes from `log_path/checkpoints.jsonl` when it has a state."""
-    check_log_dir(config.log_path, config.behavior_if_log_dir_exists)
+    start_run(config)
     resume = last_resumable(config.log_path)
     train_set, test_set = config.resolved_dataset_builder()
     total_steps = len(train_set) * config.num_epochs
     total_steps = min(total_steps, config.max_steps) if config.max_steps is not None else total_steps
     start_step = resume.epoch * len(train_set) + resume.batch if resume is not None else 0
     if start_step >= total_steps:
-        logger.info("%s already holds a finished run (%d steps); nothing to do.", config.log_path, total_steps)
+        print(f"{config.log_path} already holds a finished run ({total_steps} steps); nothing to do. Raise "
+              "max_steps or num_epochs to train further, or pass a new log_path.")
         return
     service = make_service_client(config.backend)
     training_client = create_or_resume_training_client(
@@ -227,4 +228,4 @@ def _save(training_client: TrainingClient, config: Config, next_step: int, n_bat
 
 
 if __name__ == "__main__":
-    main(config_from_argv(chz.Blueprint(Config)))
+    run_recipe(main, chz.Blueprint(Config))

@@ -20,7 +20,7 @@ import chz
 from preference import train_dpo
 from preference.arithmetic import ArithmeticComparisonBuilder
 from preference.data import DPODatasetBuilder
-from recipes_lib.cli import config_from_argv
+from recipes_lib.cli import run_recipe
 from recipes_lib.paths import SMOLLM2_NAME
 
 
@@ -55,4 +55,4 @@ def main(config: train_dpo.Config) -> None:
 
 
 if __name__ == "__main__":
-    main(config_from_argv(build_config()))
+    run_recipe(main, build_config())

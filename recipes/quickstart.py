@@ -12,8 +12,8 @@ import numpy as np
 from tinker import types
 
 from recipes_lib.backends import make_service_client
-from recipes_lib.cli import config_from_argv
-from recipes_lib.config import BackendConfig, backend_field
+from recipes_lib.cli import run_recipe
+from recipes_lib.config import BackendConfig, backend_field, check_positive
 from recipes_lib.paths import SMOLLM2_NAME
 
 EXAMPLES = [
@@ -33,6 +33,10 @@ class Config:
     steps: int = 6  # updates on the same batch, as in the spec's example
     learning_rate: float = 1e-4
     backend: BackendConfig = backend_field()
+
+    @chz.validate
+    def _check(self) -> None:
+        check_positive(steps=self.steps, learning_rate=self.learning_rate)
 
 
 def process_example(example: dict[str, str], tokenizer: object) -> types.Datum:
@@ -74,4 +78,4 @@ def main(config: Config) -> list[float]:
 
 
 if __name__ == "__main__":
-    main(config_from_argv(chz.Blueprint(Config)))
+    run_recipe(main, chz.Blueprint(Config))

@@ -21,7 +21,7 @@ from typing import Any
 import chz
 from chz.blueprint import Reference
 
-from recipes_lib.cli import config_from_argv
+from recipes_lib.cli import run_recipe
 from recipes_lib.paths import SMOLLM2_NAME
 from rl import train
 from rl.envs.arithmetic import ArithmeticDatasetBuilder
@@ -79,4 +79,4 @@ def pop_env(argv: list[str]) -> tuple[str, list[str]]:
 
 if __name__ == "__main__":
     env, argv = pop_env(sys.argv[1:])
-    main(config_from_argv(build_config(env), argv))
+    run_recipe(main, build_config(env), argv)

@@ -17,9 +17,9 @@ from tinker import types
 
 from recipes_lib.backends import make_service_client
 from recipes_lib.checkpoints import create_or_resume_training_client, last_resumable, save_checkpoint
-from recipes_lib.cli import LogdirBehavior, check_log_dir, config_from_argv
+from recipes_lib.cli import LogdirBehavior, run_recipe, start_run
 from recipes_lib.completers import TinkerTokenCompleter
-from recipes_lib.config import BackendConfig, backend_field
+from recipes_lib.config import BackendConfig, backend_field, check_group_size, check_positive
 from recipes_lib.logging import setup_logging
 from recipes_lib.paths import SMOLLM2_NAME
 from rl.advantages import compute_advantages, remove_constant_reward_groups
@@ -44,9 +44,15 @@ class Config:
     backend: BackendConfig = backend_field()
     behavior_if_log_dir_exists: LogdirBehavior = "ask"
 
+    @chz.validate
+    def _check(self) -> None:
+        check_positive(learning_rate=self.learning_rate, batch_size=self.batch_size, num_batches=self.num_batches,
+                       max_tokens=self.max_tokens, lora_rank=self.lora_rank, max_steps=self.max_steps)
+        check_group_size(self.group_size)
+
 
 async def rl_loop(config: Config) -> None:
-    check_log_dir(config.log_path, config.behavior_if_log_dir_exists)
+    start_run(config)
     builder = ArithmeticDatasetBuilder(model_name_for_tokenizer=config.model_name, batch_size=config.batch_size,
                                        group_size=config.group_size, n_batches=config.num_batches, test_size=0)
     dataset, _ = await builder()
@@ -98,4 +104,4 @@ def main(config: Config) -> None:
 
 
 if __name__ == "__main__":
-    main(config_from_argv(chz.Blueprint(Config)))
+    run_recipe(main, chz.Blueprint(Config))

@@ -31,7 +31,7 @@ from preference.reward_model import (
     PreferenceModelBuilder,
 )
 from recipes_lib.checkpoints import load_checkpoints
-from recipes_lib.cli import LogdirBehavior, config_from_argv
+from recipes_lib.cli import LogdirBehavior, run_recipe
 from recipes_lib.config import BackendConfig, backend_field
 from recipes_lib.exceptions import CheckpointError
 from recipes_lib.paths import SMOLLM2_NAME
@@ -133,4 +133,4 @@ def main(config: Config) -> None:
 
 
 if __name__ == "__main__":
-    main(config_from_argv(build_config()))
+    run_recipe(main, build_config())

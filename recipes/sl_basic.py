@@ -20,7 +20,7 @@ from typing import Any
 import chz
 from chz.blueprint import Reference
 
-from recipes_lib.cli import config_from_argv
+from recipes_lib.cli import run_recipe
 from recipes_lib.paths import SMOLLM2_NAME
 from supervised import train
 from supervised.datasets import FromConversationFileBuilder, HuggingFaceChatBuilder
@@ -81,4 +81,4 @@ def pop_dataset(argv: list[str]) -> tuple[str, list[str]]:
 
 if __name__ == "__main__":
     dataset, argv = pop_dataset(sys.argv[1:])
-    main(config_from_argv(build_config(dataset), argv))
+    run_recipe(main, build_config(dataset), argv)

@@ -17,8 +17,8 @@ from tinker import types
 
 from recipes_lib.backends import make_service_client
 from recipes_lib.checkpoints import create_or_resume_training_client, last_resumable, save_checkpoint
-from recipes_lib.cli import LogdirBehavior, check_log_dir, config_from_argv
-from recipes_lib.config import BackendConfig, backend_field
+from recipes_lib.cli import LogdirBehavior, run_recipe, start_run
+from recipes_lib.config import BackendConfig, backend_field, check_positive
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.hyperparams import get_lr
 from recipes_lib.logging import setup_logging
@@ -48,9 +48,14 @@ class Config:
     backend: BackendConfig = backend_field()
     behavior_if_log_dir_exists: LogdirBehavior = "ask"
 
+    @chz.validate
+    def _check(self) -> None:
+        check_positive(learning_rate=self.learning_rate, batch_size=self.batch_size, num_epochs=self.num_epochs,
+                       lora_rank=self.lora_rank, max_steps=self.max_steps)
+
 
 def main(config: Config) -> None:
-    check_log_dir(config.log_path, config.behavior_if_log_dir_exists)
+    start_run(config)
     renderer = get_renderer(get_recommended_renderer_name(config.model_name), get_tokenizer(config.model_name))
     conversations = [messages for _, messages in read_conversations_jsonl(config.file_path)]
     batches_per_epoch = len(conversations) // config.batch_size
@@ -102,4 +107,4 @@ def main(config: Config) -> None:
 
 
 if __name__ == "__main__":
-    main(config_from_argv(chz.Blueprint(Config)))
+    run_recipe(main, chz.Blueprint(Config))

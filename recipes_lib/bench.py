@@ -7,11 +7,13 @@ Prints, for SmolLM2-135M with LoRA rank 32, in fp32 and bf16 autocast:
 - sampling tokens/s for 8 distinct prompts x 64 new tokens, 1 prompt with `num_samples=8`, and the
   8 prompts from a rank-32 LoRA snapshot (what RL samples from);
 - peers measured in the same run: a plain peft training loop (full-logits loss) and HF `generate`;
+- with `--server`: the same training and sampling through the official `tinker` SDK against
+  `recipes_lib.server` (in a thread of this process, same engine), i.e. what the HTTP layer costs;
 - the matmul peak measured in the same run, and achieved/peak (model FLOPs from the config:
   4 N per trained token, forward plus activation gradients, N = matmul weights incl. unembedding),
   and decoding speed against the weight-streaming bound (memory bandwidth measured here too).
 
-Run: `python -m recipes_lib.bench [--repeats 5] [--precisions float32,bfloat16] [--json out.json]`.
+Run: `python -m recipes_lib.bench [--repeats 5] [--precisions float32,bfloat16] [--server] [--json out.json]`.
 Medians over repeats after one warm-up; this 2-core VM is noisy, so read ratios, not digits.
 """
 
@@ -28,6 +30,7 @@ from tinker import types
 
 from recipes_lib.backends.local.clients import ServiceClient
 from recipes_lib.paths import SMOLLM2_NAME
+from recipes_lib.tokenizers import get_tokenizer
 
 
 def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
@@ -69,8 +72,8 @@ def model_flops_per_token(model: torch.nn.Module) -> float:
     return 4.0 * linear
 
 
-def bench_training(service: ServiceClient, repeats: int, loss_fraction: float) -> float:
-    client = service.create_lora_training_client(SMOLLM2_NAME, rank=32, seed=0)
+def bench_training(service: Any, repeats: int, loss_fraction: float) -> float:
+    client = service.create_lora_training_client(SMOLLM2_NAME, rank=32, seed=0).result()
     rng = np.random.default_rng(0)
     datums = []
     for _ in range(8):
@@ -87,13 +90,13 @@ def bench_training(service: ServiceClient, repeats: int, loss_fraction: float) -
     return 8 * 128 / _median_seconds(step, repeats)
 
 
-def bench_sampling(service: ServiceClient, repeats: int, shared_prompt: bool, lora: bool = False) -> float:
+def bench_sampling(service: Any, repeats: int, shared_prompt: bool, lora: bool = False) -> float:
     if lora:  # a rank-32 adapter snapshot, as RL samples from (bf16 keeps it beside the weights)
-        trainer = service.create_lora_training_client(SMOLLM2_NAME, rank=32, seed=0)
-        sampler = trainer.save_weights_and_get_sampling_client()  # in memory, nothing written
+        trainer = service.create_lora_training_client(SMOLLM2_NAME, rank=32, seed=0).result()
+        sampler = trainer.save_weights_and_get_sampling_client().result()  # in memory, nothing written
     else:
-        sampler = service.create_sampling_client(base_model=SMOLLM2_NAME)
-    tokenizer = sampler.get_tokenizer()
+        sampler = service.create_sampling_client(base_model=SMOLLM2_NAME).result()
+    tokenizer = get_tokenizer(SMOLLM2_NAME)  # the SDK's SamplingClient.get_tokenizer() asks the hub
     questions = [f"Tell me a short story about the number {i}." for i in range(8)]
     prompts = [types.ModelInput.from_ints(tokenizer.encode(q)) for q in questions]
     params = types.SamplingParams(max_tokens=64, temperature=1.0, seed=0)
@@ -107,6 +110,20 @@ def bench_sampling(service: ServiceClient, repeats: int, shared_prompt: bool, lo
                 f.result()
 
     return 8 * 64 / _median_seconds(run, repeats)
+
+
+def bench_server(precision: str, repeats: int) -> dict[str, float]:
+    """Training and sampling through the SDK and `recipes_lib.server`, as fractions of in-process."""
+    import tinker
+
+    from recipes_lib.server.serve import ServerConfig, ThreadedServer, free_port
+
+    config = ServerConfig(port=free_port(), api_key="tml-bench-key-0000000000", precision=precision,  # type: ignore[arg-type]
+                          device="cpu")
+    with ThreadedServer(config) as server:
+        served = tinker.ServiceClient(base_url=server.url, api_key=server.api_key)
+        return {"server_train_tok_s": bench_training(served, repeats, 1.0),
+                "server_sample_8_prompts_tok_s": bench_sampling(served, repeats, shared_prompt=False)}
 
 
 def peer_training(precision: str, repeats: int) -> float:
@@ -135,7 +152,6 @@ def peer_training(precision: str, repeats: int) -> float:
 def peer_sampling(precision: str, repeats: int) -> float:
     """HF `generate` on the base model (what a merged adapter costs) as a peer: 8 prompts x 64 tokens."""
     from recipes_lib.backends.local.models import load_base_model
-    from recipes_lib.tokenizers import get_tokenizer
 
     dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
     model: Any = load_base_model(SMOLLM2_NAME)
@@ -157,6 +173,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--precisions", default="float32,bfloat16")
+    parser.add_argument("--server", action="store_true", help="also measure through recipes_lib.server")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -178,6 +195,8 @@ def main() -> None:
             "peer_train_tok_s": peer_training(precision, args.repeats),
             "peer_sample_tok_s": peer_sampling(precision, args.repeats),
         }
+        if args.server:
+            row.update(bench_server(precision, args.repeats))
         row["train_gflop_s"] = row["train_tok_s"] * flops / 1e9
         row["train_frac_of_peak"] = row["train_gflop_s"] / peaks[precision]
         weight_bytes = sum(p.numel() for p in base.model.parameters()) * (4 if precision == "float32" else 2)
@@ -196,6 +215,11 @@ def main() -> None:
               f"-> ours {row['train_tok_s'] / row['peer_train_tok_s']:.2f}x")
         print(f"  peer: HF generate, 8 prompts x 64 tokens      : {row['peer_sample_tok_s']:7.1f} tok/s "
               f"-> ours {row['sample_8_prompts_tok_s'] / row['peer_sample_tok_s']:.2f}x")
+        if args.server:
+            print(f"  through the server (SDK + HTTP): training    : {row['server_train_tok_s']:7.1f} tok/s "
+                  f"= {row['server_train_tok_s'] / row['train_tok_s']:.2f}x in-process")
+            print(f"  through the server: sample 8 prompts x 64     : {row['server_sample_8_prompts_tok_s']:7.1f} tok/s "
+                  f"= {row['server_sample_8_prompts_tok_s'] / row['sample_8_prompts_tok_s']:.2f}x in-process")
     if len(results) == 2:
         fp32, bf16 = results["float32"], results["bfloat16"]
         print(f"\nbf16/fp32: training {bf16['train_tok_s'] / fp32['train_tok_s']:.2f}x, "

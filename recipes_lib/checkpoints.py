@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from recipes_lib.backends.protocols import ServiceClient, TrainingClient
+from recipes_lib.exceptions import DataFormatError
+from recipes_lib.jsonl import drop_torn_last_line, read_log_jsonl
 
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 SaveKind = Literal["state", "sampler", "both"]
@@ -37,20 +39,31 @@ class CheckpointRecord:
     def from_json(cls, row: dict[str, Any]) -> "CheckpointRecord":
         known = {"name", "batch", "epoch", "final", "state_path", "sampler_path"}
         extra = {k: v for k, v in row.items() if k not in known}
-        return cls(**{k: v for k, v in row.items() if k in known}, extra=extra)
+        record = cls(**{k: v for k, v in row.items() if k in known}, extra=extra)
+        if not (isinstance(record.name, str) and isinstance(record.batch, int) and isinstance(record.epoch, int)):
+            raise TypeError("name must be a string, batch and epoch integers")
+        return record
 
 
 def load_checkpoints(log_dir: Path | str) -> list[CheckpointRecord]:
-    """Every complete line of `checkpoints.jsonl` (none if the file does not exist)."""
+    """Every line of `checkpoints.jsonl` (none if the file does not exist).
+
+    A torn last line (a kill while appending) is dropped with a warning; any other bad line is a
+    `DataFormatError` naming the file and line, because skipping it would resume from an older
+    checkpoint without saying so.
+    """
     path = Path(log_dir) / CHECKPOINTS_FILE
     if not path.exists():
         return []
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, row in enumerate(read_log_jsonl(path), start=1):
         try:
-            records.append(CheckpointRecord.from_json(json.loads(line)))
-        except (json.JSONDecodeError, TypeError):
-            continue  # a line cut short by a kill
+            records.append(CheckpointRecord.from_json(row))
+        except TypeError as exc:
+            raise DataFormatError(
+                f"{path} line {number}: not a checkpoint record ({exc}); expected "
+                '{"name": str, "batch": int, "state_path": ..., ...}.'
+            ) from None
     return records
 
 
@@ -87,6 +100,7 @@ def save_checkpoint(
     )
     path = Path(log_dir) / CHECKPOINTS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
+    drop_torn_last_line(path)
     with path.open("a", encoding="utf-8") as f:
         f.write(json.dumps(record.to_json()) + "\n")
     return record

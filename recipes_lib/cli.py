@@ -1,16 +1,25 @@
-"""Command-line helpers shared by every recipe: `key=value` parsing and the existing-log-dir check."""
+"""Command-line helpers shared by every recipe: `key=value` parsing, one clear message per user error,
+and the run-folder checks made before any work (log folder, `$RECIPES_HOME`, resuming)."""
 
+import contextlib
+import json
+import os
 import re
 import shutil
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import chz
+import tinker
 from chz.blueprint._entrypoint import EntrypointException, EntrypointHelpException
 
-from recipes_lib.exceptions import ConfigurationError
+from recipes_lib.checkpoints import last_resumable, load_checkpoints
+from recipes_lib.exceptions import ConfigurationError, RecipesError
+from recipes_lib.logging import CONFIG_FILE, config_changes, dump_config, read_metrics
+from recipes_lib.paths import recipes_home_path
 
 T = TypeVar("T")
 LogdirBehavior = Literal["ask", "resume", "delete", "raise"]
@@ -30,6 +39,66 @@ def config_from_argv(blueprint: chz.Blueprint[T], argv: Sequence[str] | None = N
     except EntrypointException as exc:
         print(f"error: {exc}{_did_you_mean(blueprint, args, str(exc))}", file=sys.stderr)
         raise SystemExit(2) from None
+    except RecipesError as exc:  # a config's own check (@chz.validate) refused a value
+        if _debug():
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def run_recipe(main: Callable[[T], Any], blueprint: chz.Blueprint[T], argv: Sequence[str] | None = None) -> None:
+    """A recipe's `__main__`: build the config from `key=value` arguments and run `main` on it.
+
+    A user's mistake (a `RecipesError`: bad value, missing file, wrong combination) prints one
+    line, `error: <message>`, and exits 1; Ctrl-C prints where the run can be resumed from and
+    exits 130. Set `RECIPES_DEBUG=1` to see the traceback instead. Any other exception is a bug
+    and keeps its traceback.
+    """
+    config = config_from_argv(blueprint, argv)
+    with user_errors(config):
+        main(config)
+
+
+@contextlib.contextmanager
+def user_errors(config: Any = None) -> Iterator[None]:
+    """Turn a user's mistake into one message and a non-zero exit (see `run_recipe`)."""
+    if _debug():
+        yield
+        return
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"\ninterrupted. {_resume_hint(config)}", file=sys.stderr)
+        raise SystemExit(130) from None
+    except RecipesError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except tinker.APIConnectionError as exc:
+        print(f"error: cannot reach the Tinker API ({exc}); check backend.base_url / TINKER_BASE_URL.",
+              file=sys.stderr)
+        raise SystemExit(1) from None
+    except tinker.APIStatusError as exc:
+        if exc.status_code >= 500:
+            raise
+        print(f"error: the Tinker API refused the request ({exc.status_code}): {exc.message}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+def _debug() -> bool:
+    return os.environ.get("RECIPES_DEBUG", "").lower() in ("1", "true", "yes")
+
+
+def _resume_hint(config: Any) -> str:
+    log_path = getattr(config, "log_path", None)
+    if not log_path:
+        return "Nothing was saved."
+    last = last_resumable(log_path)
+    saved = f"The last checkpoint saved in {log_path} is {last.name!r}" if last else \
+        f"No checkpoint was saved yet in {log_path}; metrics written so far are kept"
+    module = getattr(sys.modules.get("__main__"), "__spec__", None)
+    command = f"python -m {module.name}" if module is not None else "the same command"
+    args = " ".join(a for a in sys.argv[1:] if not a.startswith("behavior_if_log_dir_exists="))
+    return f"{saved}. Continue with: {command} {args} behavior_if_log_dir_exists=resume".replace("  ", " ")
 
 
 def _did_you_mean(blueprint: chz.Blueprint[T], args: list[str], message: str) -> str:
@@ -55,23 +124,139 @@ def _did_you_mean(blueprint: chz.Blueprint[T], args: list[str], message: str) ->
     return f"\nDid you mean: {', '.join(close)}?" if close else ""
 
 
+# What our runs write into a log folder; anything else in it is the user's and is never deleted.
+RUN_FOLDER_ENTRIES = frozenset({
+    "config.json", "config.json.tmp", "config_changes.jsonl", "metrics.jsonl", "metrics.jsonl.tmp",
+    "checkpoints.jsonl", "rollouts", "metrics.png", "comparison.png", "wandb",
+})
+RUN_FOLDER_EVIDENCE = ("config.json", "metrics.jsonl", "checkpoints.jsonl")
+
+
 def check_log_dir(log_path: str | Path, behavior: LogdirBehavior) -> None:
-    """Decide what to do when `log_path` already holds a run.
+    """Decide what to do when `log_path` already holds a run; check that it can be written.
 
     `resume` continues from its last checkpoint, `delete` starts over, `raise` stops with an error,
     `ask` asks on a terminal (and, without one, stops with an error that names the options).
+    Only a folder that is recognisably one of our run folders is ever resumed or deleted, and never
+    the working directory, a parent of it, the home folder or `/`.
     """
-    path = Path(log_path)
-    if not path.exists() or not any(path.iterdir()):
-        return
-    if behavior == "ask":
-        behavior = _ask(path)
-    if behavior == "delete":
-        shutil.rmtree(path)
-    elif behavior == "raise":
+    if not str(log_path).strip():
+        raise ConfigurationError("log_path is empty; pass the folder for this run, e.g. log_path=runs/my-run.")
+    path = Path(log_path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigurationError(f"log_path={path} is a file, not a folder; pass a folder for the run.")
+    if path.exists() and any(path.iterdir()):
+        if behavior == "ask":
+            behavior = _ask(path)
+        if behavior == "delete":
+            delete_run_folder(path)
+        elif behavior == "raise":
+            raise ConfigurationError(
+                f"Log directory {path} already exists. Pass behavior_if_log_dir_exists=resume to continue it, "
+                "=delete to start over, or a new log_path."
+            )
+        else:
+            _check_is_run_folder(path, "resume a run in")
+    check_writable(path, "log_path")
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether `path` holds only what our runs write (stage subfolders of a pipeline included)."""
+    entries = list(path.iterdir())
+    evidence = any(e.name in RUN_FOLDER_EVIDENCE for e in entries)
+    subruns = [e for e in entries if e.is_dir() and e.name not in RUN_FOLDER_ENTRIES]
+    return (evidence or bool(subruns)) and not _foreign_entries(path)
+
+
+def _foreign_entries(path: Path) -> list[str]:
+    foreign = []
+    for entry in sorted(path.iterdir()):
+        if entry.name in RUN_FOLDER_ENTRIES:
+            continue
+        if entry.is_dir() and not entry.is_symlink() and any(entry.iterdir()) and is_run_folder(entry):
+            continue  # a pipeline's stage (rlhf_pipeline writes sft/, rm/, rl/)
+        foreign.append(entry.name + ("/" if entry.is_dir() else ""))
+    return foreign
+
+
+def _check_is_run_folder(path: Path, action: str) -> None:
+    foreign = _foreign_entries(path)
+    if foreign or not is_run_folder(path):
+        listed = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise ConfigurationError(
-            f"Log directory {path} already exists. Pass behavior_if_log_dir_exists=resume to continue it, "
-            "=delete to start over, or a new log_path."
+            f"Refusing to {action} {path}: it is not a run folder of ours (it holds {listed or 'no config.json'}). "
+            "Pass a new log_path, or the folder of an earlier run."
+        )
+
+
+def delete_run_folder(path: Path) -> None:
+    """Delete a run folder, after checking that it is one and not a folder that holds the user's work."""
+    resolved = path.resolve()
+    cwd, home = Path.cwd().resolve(), Path.home().resolve()
+    if resolved == cwd or resolved in cwd.parents or resolved == home or resolved == Path(resolved.anchor):
+        what = ("the working directory" if resolved == cwd else "your home folder" if resolved == home
+                else "the root folder" if resolved == Path(resolved.anchor) else "a parent of the working directory")
+        raise ConfigurationError(
+            f"Refusing to delete log_path={path} ({resolved}): it is {what}. Pass the run's own folder."
+        )
+    _check_is_run_folder(path, "delete")
+    contents = ", ".join(sorted(e.name for e in path.iterdir()))
+    print(f"Deleting the earlier run in {path} ({contents}).", file=sys.stderr)
+    try:
+        shutil.rmtree(path)
+    except OSError as exc:
+        raise ConfigurationError(f"Could not delete {path}: {exc.strerror} ({exc.filename}).") from None
+
+
+def check_writable(path: Path, key: str) -> None:
+    """Stop before any work when `path` (or the folder it would be created in) cannot be written."""
+    folder = path
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ConfigurationError(f"{key}={path}: {folder} is a file, so the folder cannot be created.")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".recipes-write-check-")
+        os.close(fd)
+        os.remove(probe)
+    except OSError as exc:
+        raise ConfigurationError(f"{key}={path}: cannot write in {folder} ({exc.strerror}).") from None
+
+
+# Settings a checkpoint is tied to: resuming with another value would train something else
+# than config.json says, so it is refused. Other changes are allowed and recorded.
+RESUME_FIXED_KEYS = ("model_name", "lora_rank", "renderer_name", "model_name_for_tokenizer")
+
+
+def start_run(config: Any) -> None:
+    """The checks every pipeline makes before any work: the log folder (and what to do with an
+    earlier run in it), the writability of `$RECIPES_HOME` for the local engine, and, when
+    resuming, that the checkpoint's model, rank and renderer are the ones asked for."""
+    check_log_dir(config.log_path, config.behavior_if_log_dir_exists)
+    backend = getattr(config, "backend", None)
+    if backend is None or backend.kind == "local":
+        check_writable(recipes_home_path(), "RECIPES_HOME")
+    check_resume_config(config.log_path, config)
+    read_metrics(config.log_path)  # a corrupt line stops the run here, before any work
+    load_checkpoints(config.log_path)
+
+
+def check_resume_config(log_path: str | Path, config: Any) -> None:
+    """Refuse to resume a run whose model, LoRA rank or renderer would change."""
+    previous_path = Path(log_path).expanduser() / CONFIG_FILE
+    if not previous_path.exists():
+        return
+    try:
+        previous = json.loads(previous_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"{previous_path} is not valid JSON ({exc}); cannot check what the run was.") from None
+    changed = config_changes(previous, dump_config(config))
+    fixed = {key: change for key, change in changed.items() if key.rsplit(".", 1)[-1] in RESUME_FIXED_KEYS}
+    if fixed:
+        listed = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in sorted(fixed.items()))
+        raise ConfigurationError(
+            f"Cannot resume {log_path} with other settings than its checkpoints were made with ({listed}). "
+            "Drop these overrides to continue the run, or pass a new log_path to start another."
         )
 
 

@@ -6,9 +6,12 @@
 comes from `TINKER_API_KEY` and is never written to the run folder).
 """
 
+import math
 from typing import Literal
 
 import chz
+
+from recipes_lib.exceptions import ConfigurationError
 
 BackendKind = Literal["local", "tinker"]
 Precision = Literal["auto", "float32", "bfloat16"]
@@ -34,9 +37,14 @@ def local(precision: Precision = "auto", device: Device = "auto") -> BackendConf
     return BackendConfig(kind="local", precision=precision, device=device)
 
 
-def tinker(base_url: str | None = None, api_key: str | None = None) -> BackendConfig:
-    """`backend=tinker`: the hosted Tinker API through the official SDK."""
-    return BackendConfig(kind="tinker", base_url=base_url, api_key=api_key)
+def tinker(base_url: str | None = None, api_key: str | None = None, precision: Precision = "auto",
+           device: Device = "auto") -> BackendConfig:
+    """`backend=tinker`: the hosted Tinker API (or a `python -m recipes_lib.server`) through the SDK.
+
+    `precision` and `device` are accepted so a recipe's local defaults (`backend.precision=...`)
+    still apply cleanly; the server decides its own numerics, so they have no effect here.
+    """
+    return BackendConfig(kind="tinker", base_url=base_url, api_key=api_key, precision=precision, device=device)
 
 
 def backend_field() -> BackendConfig:
@@ -47,3 +55,19 @@ def backend_field() -> BackendConfig:
         doc="Where to run: backend=local (embedded engine) or backend=tinker (hosted API).",
     )
     return field
+
+
+def check_positive(**values: float | int | None) -> None:
+    """Each named value must be a finite number > 0 (None is allowed: "unset")."""
+    for key, value in values.items():
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ConfigurationError(f"{key} must be a finite number > 0, got {value}.")
+
+
+def check_group_size(group_size: int) -> None:
+    """RL advantages compare the samples of one group, so a group needs at least two."""
+    if group_size < 2:
+        raise ConfigurationError(
+            f"group_size must be >= 2, got {group_size}: advantages are each sample's reward minus its "
+            "group's mean, so a group of one has advantage 0 and nothing would be trained."
+        )

@@ -31,10 +31,14 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from recipes_lib.exceptions import DataFormatError
+from recipes_lib.jsonl import read_log_jsonl
+
 logger = std_logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.json"
+CONFIG_CHANGES_FILE = "config_changes.jsonl"
 SECRET_FIELDS = ("api_key", "token", "password", "secret")
 
 Metrics = Mapping[str, float | int | str | None]
@@ -103,36 +107,65 @@ def _json_number(value: Any) -> Any:
 
 
 def read_metrics(log_dir: Path | str) -> list[dict[str, Any]]:
-    """The complete lines of `metrics.jsonl` (a line cut short by a kill is skipped)."""
+    """The lines of `metrics.jsonl`; a torn last line (a kill mid-write) is dropped with a warning.
+
+    Raises:
+        DataFormatError: any other line is not a JSON object (naming the file and line).
+    """
     path = Path(log_dir) / METRICS_FILE
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+    return read_log_jsonl(path) if path.exists() else []
 
 
 def truncate_metrics(path: Path, resume_from_step: int) -> None:
-    """Keep the complete lines with `step < resume_from_step` (rewritten atomically)."""
+    """Keep the lines with `step < resume_from_step` (rewritten atomically); a corrupt line stops it."""
     if not path.exists():
         return
-    kept = [row for row in read_metrics(path.parent) if row.get("step", -1) < resume_from_step]
+    rows = read_metrics(path.parent)
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row.get("step"), int):
+            raise DataFormatError(f"{path} line {number}: has no integer 'step'; cannot resume past it.")
+    kept = [row for row in rows if row["step"] < resume_from_step]
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
     os.replace(tmp, path)
 
 
-def write_config(log_dir: Path, config: Any) -> None:
-    """Write `config.json` (the resolved config, secrets redacted) atomically."""
+def write_config(log_dir: Path, config: Any, start_step: int = 0) -> None:
+    """Write `config.json` (the resolved config, secrets redacted) atomically.
+
+    When a resumed run's settings differ from the ones in the folder (a longer `max_steps`, another
+    learning rate), each difference is appended to `config_changes.jsonl` with the step it applies
+    from, and a warning names them, so the folder still tells how every step was run.
+    """
     path = Path(log_dir) / CONFIG_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
+    dumped = dump_config(config)
+    if path.exists():
+        changes = config_changes(json.loads(path.read_text(encoding="utf-8")), dumped)
+        if changes:
+            logger.warning("Resuming %s at step %d with changed settings: %s", log_dir, start_step,
+                           "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items()))
+            with (Path(log_dir) / CONFIG_CHANGES_FILE).open("a", encoding="utf-8") as f:
+                f.write(json.dumps({"step": start_step,
+                                    "changes": {k: {"before": old, "after": new} for k, (old, new) in changes.items()}})
+                        + "\n")
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(dump_config(config), indent=2, sort_keys=True), encoding="utf-8")
+    tmp.write_text(json.dumps(dumped, indent=2, sort_keys=True), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def config_changes(before: Any, after: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """{dotted key: (before, after)} for every leaf that differs (ignoring behavior_if_log_dir_exists)."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        changes: dict[str, tuple[Any, Any]] = {}
+        for key in sorted(set(before) | set(after)):
+            if key == "behavior_if_log_dir_exists":
+                continue
+            changes.update(config_changes(before.get(key), after.get(key), f"{prefix}{key}."))
+        return changes
+    return {} if before == after else {prefix.rstrip("."): (before, after)}
+
+
 
 
 class ConsoleLogger:
@@ -207,8 +240,9 @@ def setup_logging(
 ) -> MultiplexLogger:
     """The run's loggers: `config.json` written, `metrics.jsonl` opened (truncated on resume)."""
     log_dir = Path(log_dir)
-    write_config(log_dir, config)
-    loggers: list[MetricsLogger] = [JsonlLogger(log_dir, resume_from_step=start_step)]
+    jsonl = JsonlLogger(log_dir, resume_from_step=start_step)  # first: a corrupt metrics line stops it here
+    write_config(log_dir, config, start_step)
+    loggers: list[MetricsLogger] = [jsonl]
     if console:
         loggers.append(ConsoleLogger(total_steps, start_step))
     if wandb_project:

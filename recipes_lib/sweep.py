@@ -6,6 +6,9 @@ step), final test loss (`test/nll`), held-out accuracy (the last `*/exact_match`
 and progress. The best finished run is marked: lowest final test loss when every finished run has
 one, else lowest final train loss (as in the spec's "Sweep case study"). A PNG of final loss
 against learning rate (log scale) is written to `DIR/lr_sweep.png`.
+
+Nothing is left out silently: a run whose loss went to NaN shows `nan` and "diverged" (it is never
+the best), and a folder whose config.json or metrics.jsonl cannot be read is listed with the reason.
 """
 
 import argparse
@@ -19,6 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from recipes_lib.exceptions import DataFormatError
 from recipes_lib.logging import CONFIG_FILE, METRICS_FILE, read_metrics
 
 SWEEP_PLOT = "lr_sweep.png"
@@ -36,15 +40,25 @@ class RunSummary:
     final_test_loss: float | None
     accuracy: float | None
     progress: float
+    problem: str | None = None  # why the run could not be read; its numbers are then None
 
     @property
     def finished(self) -> bool:
-        return self.progress >= FINISHED_PROGRESS
+        return self.progress >= FINISHED_PROGRESS and self.problem is None
+
+    @property
+    def diverged(self) -> bool:
+        return any(v is not None and not math.isfinite(v) for v in (self.final_train_loss, self.final_test_loss))
 
 
 def _last(rows: Sequence[dict[str, Any]], key: str) -> float | None:
-    values = [row[key] for row in rows if isinstance(row.get(key), (int, float)) and math.isfinite(row[key])]
-    return float(values[-1]) if values else None
+    """The value of `key` in the last row that logged it; NaN when that value is null or not finite
+    (metrics.jsonl writes NaN as null), None when no row has the key."""
+    logged = [row[key] for row in rows if key in row]
+    if not logged:
+        return None
+    value = logged[-1]
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else math.nan
 
 
 def _last_accuracy(rows: Sequence[dict[str, Any]]) -> float | None:
@@ -53,14 +67,23 @@ def _last_accuracy(rows: Sequence[dict[str, Any]]) -> float | None:
 
 
 def summarize_run(run_dir: Path) -> RunSummary | None:
-    """The summary of the run in `run_dir`, or None when it has no config or no metrics yet."""
-    config_path, rows = run_dir / CONFIG_FILE, read_metrics(run_dir)
-    if not config_path.exists() or not rows:
-        return None
-    config = json.loads(config_path.read_text(encoding="utf-8"))
+    """The summary of the run in `run_dir`, or None when it has no metrics yet; a run that cannot
+    be read gets a summary with `problem` set."""
+    config_path = run_dir / CONFIG_FILE
+    try:
+        rows = read_metrics(run_dir)
+        if not rows:
+            return None
+        if not config_path.exists():
+            raise DataFormatError(f"{config_path} is missing")
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        learning_rate = float(config["learning_rate"])
+    except (DataFormatError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
+        problem = f"{config_path} has no learning_rate" if isinstance(exc, KeyError) else str(exc)
+        return RunSummary(run_dir.name, math.nan, None, None, None, 0.0, problem=problem)
     return RunSummary(
         name=run_dir.name,
-        learning_rate=float(config["learning_rate"]),
+        learning_rate=learning_rate,
         final_train_loss=_last(rows, "train_mean_nll"),
         final_test_loss=_last(rows, "test/nll"),
         accuracy=_last_accuracy(rows),
@@ -72,7 +95,7 @@ def summarize_sweep(sweep_dir: Path | str) -> list[RunSummary]:
     """Every run under `sweep_dir`, sorted by learning rate."""
     folders = sorted(p for p in Path(sweep_dir).iterdir() if (p / METRICS_FILE).exists())
     summaries = [s for s in (summarize_run(folder) for folder in folders) if s is not None]
-    return sorted(summaries, key=lambda s: (s.learning_rate, s.name))
+    return sorted(summaries, key=lambda s: (s.problem is not None, 0.0 if s.problem else s.learning_rate, s.name))
 
 
 def selection_metric(runs: Sequence[RunSummary]) -> str:
@@ -84,7 +107,7 @@ def selection_metric(runs: Sequence[RunSummary]) -> str:
 def best_run(runs: Sequence[RunSummary]) -> RunSummary | None:
     """The finished run with the lowest selection metric (None if no run finished)."""
     metric = selection_metric(runs)
-    candidates = [r for r in runs if r.finished and getattr(r, metric) is not None]
+    candidates = [r for r in runs if r.finished and not r.diverged and getattr(r, metric) is not None]
     return min(candidates, key=lambda r: getattr(r, metric)) if candidates else None
 
 
@@ -94,8 +117,9 @@ def sweep_table(runs: Sequence[RunSummary], best: RunSummary | None) -> Table:
     for column in ("", "run", "learning rate", "final train loss", "final test loss", "held-out acc", "progress"):
         table.add_column(column, justify="left" if column in ("", "run") else "right")
     for run in runs:
+        progress = "unreadable" if run.problem else f"{run.progress:.0%}" + (" diverged" if run.diverged else "")
         table.add_row("*" if run is best else "", run.name, f"{run.learning_rate:.3g}", _cell(run.final_train_loss),
-                      _cell(run.final_test_loss), _cell(run.accuracy, "{:.1%}"), f"{run.progress:.0%}")
+                      _cell(run.final_test_loss), _cell(run.accuracy, "{:.1%}"), progress)
     return table
 
 
@@ -139,6 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     best = best_run(runs)
     console = Console()
     console.print(sweep_table(runs, best))
+    for run in runs:
+        if run.problem:
+            console.print(f"[yellow]{run.name} could not be read: {run.problem}[/yellow]")
     console.print(f"best learning rate: {best.learning_rate:.3g} ({best.name})" if best else "no run has finished yet")
     console.print(f"wrote {plot_sweep(runs, best, args.sweep_dir / SWEEP_PLOT)}")
     return 0

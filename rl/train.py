@@ -35,9 +35,9 @@ from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators
 from recipes_lib.backends import make_service_client
 from recipes_lib.backends.protocols import Future, SamplingClient, ServiceClient, TrainingClient
 from recipes_lib.checkpoints import create_or_resume_training_client, last_resumable, save_checkpoint
-from recipes_lib.cli import LogdirBehavior, check_log_dir
+from recipes_lib.cli import LogdirBehavior, start_run
 from recipes_lib.completers import TinkerTokenCompleter, TokenCompleter
-from recipes_lib.config import BackendConfig, backend_field
+from recipes_lib.config import BackendConfig, backend_field, check_group_size, check_positive
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.logging import MultiplexLogger, setup_logging
 from rl.advantages import compute_advantages, is_constant_reward, kl_penalty
@@ -133,9 +133,7 @@ class Config:
     def _check(self) -> None:
         positive = {"learning_rate": self.learning_rate, "max_tokens": self.max_tokens,
                     "num_substeps": self.num_substeps, "lora_rank": self.lora_rank}
-        for key, value in positive.items():
-            if value <= 0:
-                raise ConfigurationError(f"{key} must be > 0, got {value}.")
+        check_positive(**positive)
         for key, value in {"kl_penalty_coef": self.kl_penalty_coef, "eval_every": self.eval_every,
                            "save_every": self.save_every, "temperature": self.temperature}.items():
             if value < 0:
@@ -193,10 +191,11 @@ def main(config: Config) -> None:
 
 async def main_async(config: Config) -> None:
     """Run RL training to the end, inside an existing event loop."""
-    check_log_dir(config.log_path, config.behavior_if_log_dir_exists)
+    start_run(config)
     run = await _start(config)
     if run is None:
-        logger.info("%s already holds a finished run.", config.log_path)
+        print(f"{config.log_path} already holds a finished run; nothing to do. Raise max_steps to train further, "
+              "or pass a new log_path.")
         return
     try:
         await _loop(run)
@@ -358,6 +357,8 @@ def _usable_groups(outcomes: list[GroupOutcome]) -> list[GroupOutcome]:
 
 def _trainable_groups(config: Config, outcomes: list[GroupOutcome]) -> list[TrajectoryGroup]:
     groups = [o.group for o in _usable_groups(outcomes) if o.group is not None]
+    if groups and all(len(g.trajectories_G) < 2 for g in groups):
+        check_group_size(len(groups[0].trajectories_G))  # an env's group builder made groups of one
     if config.remove_constant_reward_groups:
         groups = [g for g in groups if not is_constant_reward(g)]
     return groups

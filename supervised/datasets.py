@@ -10,17 +10,16 @@ line), and split off an optional test set.
 (The synthetic number-to-words builder is in `supervised.number_words`.)
 """
 
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import chz
 import numpy as np
 from tinker import types
 
 from recipes_lib.exceptions import ConfigurationError, DataFormatError, RendererError
+from recipes_lib.jsonl import read_jsonl
 from recipes_lib.paths import prefer_offline_hub
 from renderers import Message, Renderer
 from supervised.data import conversation_to_datum, parse_conversation
@@ -43,21 +42,12 @@ def read_conversations_jsonl(path: Path | str) -> list[Sourced]:
     if not path.is_file():
         raise ConfigurationError(f"Conversations file {path} does not exist.")
     conversations = []
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if line.strip():
-                where = f"{path} line {number}"
-                conversations.append((where, parse_conversation(_json_line(line, where), where)))
+    for number, row in read_jsonl(path):
+        where = f"{path} line {number}"
+        conversations.append((where, parse_conversation(row, where)))
     if not conversations:
         raise DataFormatError(f"{path} holds no conversations; expected one JSON object per line.")
     return conversations
-
-
-def _json_line(line: str, where: str) -> Any:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DataFormatError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno}).") from None
 
 
 def render_conversations(

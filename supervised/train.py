@@ -40,8 +40,8 @@ from recipes_lib.checkpoints import (
     last_resumable,
     save_checkpoint,
 )
-from recipes_lib.cli import LogdirBehavior, check_log_dir
-from recipes_lib.config import BackendConfig, backend_field
+from recipes_lib.cli import LogdirBehavior, start_run
+from recipes_lib.config import BackendConfig, backend_field, check_positive
 from recipes_lib.display import print_colorized
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.hyperparams import get_lr
@@ -56,7 +56,7 @@ logger = logging.getLogger(__name__)
 
 
 def _expand_user(_: object, path: str) -> str:
-    return str(Path(path).expanduser())
+    return str(Path(path).expanduser()) if path.strip() else path  # "" stays "" for check_log_dir to refuse
 
 
 def _default_lr(config: "Config", value: float | None) -> float:
@@ -123,6 +123,7 @@ class Config:
                 raise ConfigurationError(f"{name} must be >= 0, got {getattr(self, name)}.")
         if self.num_epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
             raise ConfigurationError("num_epochs and max_steps must be >= 1.")
+        check_positive(learning_rate=self.learning_rate, lora_rank=self.lora_rank, adam_eps=self.adam_eps)
 
 
 @dataclass(frozen=True)
@@ -187,13 +188,14 @@ class Run:
 
 def main(config: Config) -> None:
     """Train `config.model_name` on `config.dataset_builder`, logging and checkpointing to log_path."""
-    check_log_dir(config.log_path, config.behavior_if_log_dir_exists)
+    start_run(config)
     resume = last_resumable(config.log_path)
     train_set, test_set = config.dataset_builder()
     plan = StepPlan.of(len(train_set), config.num_epochs, config.max_steps)
     start_step = plan.start_step(resume)
     if start_step >= plan.total_steps:
-        logger.info("%s already holds a finished run (%d steps); nothing to do.", config.log_path, plan.total_steps)
+        print(f"{config.log_path} already holds a finished run ({plan.total_steps} steps); nothing to do. Raise "
+              "max_steps or num_epochs to train further, or pass a new log_path.")
         return
     training_client = create_or_resume_training_client(
         make_service_client(config.backend), config.model_name, config.lora_rank, resume,
@@ -312,6 +314,6 @@ def _save(run: Run, next_step: int, name: str, final: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    from recipes_lib.cli import config_from_argv
+    from recipes_lib.cli import run_recipe
 
-    main(config_from_argv(chz.Blueprint(Config)))
+    run_recipe(main, chz.Blueprint(Config))

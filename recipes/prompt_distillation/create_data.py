@@ -13,7 +13,8 @@ are the distillation data, one conversation per line WITHOUT the prompt:
 
 The held-out sentences are labelled too and written to `heldout_file` ({"text", "label",
 "teacher"}), so training can measure how often the student, without the prompt, agrees with the
-teacher. The teacher's own accuracy against the true labels is printed and saved in `summary.json`.
+teacher. The teacher's own accuracy against the true labels is printed and saved next to the data
+(`<output>_summary.json`). Existing output files are kept unless `overwrite=true`.
 """
 
 import asyncio
@@ -35,8 +36,9 @@ from recipes.prompt_distillation.task import (
     teacher_conversation,
 )
 from recipes_lib.backends import make_service_client
-from recipes_lib.cli import config_from_argv
+from recipes_lib.cli import check_writable, run_recipe
 from recipes_lib.config import BackendConfig, backend_field
+from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.model_info import get_recommended_renderer_name
 from recipes_lib.paths import SMOLLM2_NAME
 from recipes_lib.tokenizers import get_tokenizer
@@ -56,10 +58,26 @@ class Config:
     max_tokens: int = 6  # enough for a language name and a few words after it
     temperature: float = 0.0  # greedy: the teacher's single best answer
     backend: BackendConfig = backend_field()
+    overwrite: bool = False  # replace existing output files; by default an existing file stops the run
 
     @chz.init_property
     def resolved_heldout_file(self) -> str:
         return self.heldout_file if self.heldout_file is not None else str(heldout_path(self.output_file))
+
+    @chz.init_property
+    def summary_file(self) -> Path:
+        output = Path(self.output_file).expanduser()
+        return output.with_name(f"{output.stem}_summary.json")
+
+    def check_outputs(self) -> None:
+        """Stop before any work when an output exists (unless `overwrite`) or cannot be written."""
+        outputs = [Path(self.output_file).expanduser(), Path(self.resolved_heldout_file).expanduser(), self.summary_file]
+        existing = [str(path) for path in outputs if path.exists()]
+        if existing and not self.overwrite:
+            raise ConfigurationError(f"{', '.join(existing)} already exist(s); pass overwrite=true to replace them, "
+                                     "or another output_file.")
+        for path in outputs:
+            check_writable(path.parent, "output_file")
 
 
 def build_config() -> chz.Blueprint[Config]:
@@ -87,6 +105,7 @@ def accuracy(sentences: Sequence[Sentence], labels: Sequence[str]) -> float:
 
 def main(config: Config) -> dict[str, float]:
     """Label every sentence with the teacher, write both files, return the teacher's accuracy."""
+    config.check_outputs()
     train, heldout = split_heldout(load_sentences(config.sentences_file), config.heldout_every)
     renderer = get_renderer(config.renderer_name or get_recommended_renderer_name(config.model_name),
                             get_tokenizer(config.model_name))
@@ -102,11 +121,11 @@ def main(config: Config) -> dict[str, float]:
     summary = {"teacher/train_accuracy": accuracy(train, train_labels),
                "teacher/heldout_accuracy": accuracy(heldout, heldout_labels),
                "num_train_examples": float(len(train)), "num_heldout": float(len(heldout))}
-    Path(config.output_file).expanduser().with_name("summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    config.summary_file.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"wrote {len(train)} conversations to {config.output_file} and {len(heldout)} held-out sentences to "
           f"{config.resolved_heldout_file}\n{json.dumps(summary, indent=2)}")
     return summary
 
 
 if __name__ == "__main__":
-    main(config_from_argv(build_config()))
+    run_recipe(main, build_config())

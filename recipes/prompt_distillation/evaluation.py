@@ -11,7 +11,6 @@ without the teacher's prompt, to label the held-out sentences and reports
 """
 
 import asyncio
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,8 @@ from tinker import types
 from eval.evaluators import SamplingClientEvaluator
 from recipes.prompt_distillation.task import heldout_path, parse_label, student_conversation
 from recipes_lib.backends.protocols import SamplingClient
+from recipes_lib.exceptions import DataFormatError
+from recipes_lib.jsonl import read_jsonl
 from recipes_lib.model_info import get_recommended_renderer_name
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import Message, Renderer, get_renderer
@@ -57,8 +58,14 @@ class HeldoutItem:
 
 def read_heldout(path: str | Path) -> list[HeldoutItem]:
     """The held-out file `create_data` writes: one {"text", "label", "teacher"} object per line."""
-    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [HeldoutItem(row["text"], row["label"], row["teacher"]) for row in rows]
+    items = []
+    for number, row in read_jsonl(path):
+        try:
+            items.append(HeldoutItem(row["text"], row["label"], row["teacher"]))
+        except (KeyError, TypeError) as exc:
+            raise DataFormatError(f"{path} line {number}: expected {{\"text\", \"label\", \"teacher\"}} "
+                                  f"(missing {exc}).") from None
+    return items
 
 
 def agreement_metrics(answers: Sequence[str | None], items: Sequence[HeldoutItem], prefix: str) -> dict[str, float]:

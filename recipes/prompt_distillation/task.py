@@ -14,14 +14,14 @@ so the student learns to answer "de" to a German sentence with no prompt at all;
 reads its answers.
 """
 
-import json
 import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from recipes_lib.exceptions import DataFormatError
+from recipes_lib.exceptions import ConfigurationError, DataFormatError
+from recipes_lib.jsonl import read_jsonl
 from renderers import Message
 
 LABELS = ("ar", "de", "el", "en", "es", "fr", "hi", "ru", "tr", "ur", "vi", "zh", "ot")
@@ -55,17 +55,18 @@ class Sentence:
 
 def load_sentences(path: str | Path = SENTENCES_FILE) -> list[Sentence]:
     """Every row of a sentences JSONL file; a DataFormatError names the file and line of a bad row."""
+    if not Path(path).is_file():
+        raise ConfigurationError(f"Sentences file {path} does not exist; expected a JSONL file of "
+                                 '{"text", "label"} objects.')
     sentences = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, row in read_jsonl(path):
         try:
-            row = json.loads(line)
             sentence = Sentence(text=row["text"], label=row["label"], kind=row.get("kind", "sentence"))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise DataFormatError(f"{path}:{number}: expected {{\"text\", \"label\"}} ({exc}).") from None
-        if sentence.label not in LABELS or not sentence.text.strip():
-            raise DataFormatError(f"{path}:{number}: label must be one of {list(LABELS)} and text non-empty.")
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise DataFormatError(f"{path} line {number}: expected an object with \"text\" and \"label\" "
+                                  f"(missing {exc}).") from None
+        if sentence.label not in LABELS or not isinstance(sentence.text, str) or not sentence.text.strip():
+            raise DataFormatError(f"{path} line {number}: label must be one of {list(LABELS)} and text non-empty.")
         sentences.append(sentence)
     return sentences
 

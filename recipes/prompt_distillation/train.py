@@ -21,7 +21,7 @@ from chz.blueprint import Reference
 
 from recipes.prompt_distillation.create_data import DEFAULT_OUTPUT
 from recipes.prompt_distillation.evaluation import LanguageIdEvaluatorBuilder
-from recipes_lib.cli import config_from_argv
+from recipes_lib.cli import run_recipe
 from recipes_lib.paths import SMOLLM2_NAME
 from supervised import train
 from supervised.datasets import FromConversationFileBuilder
@@ -58,4 +58,4 @@ def main(config: train.Config) -> None:
 
 
 if __name__ == "__main__":
-    main(config_from_argv(build_config()))
+    run_recipe(main, build_config())

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import chz
 
+from recipes_lib.config import check_group_size
 from recipes_lib.exceptions import ConfigurationError
 from renderers import Renderer
 from rl.dataset import ListRLDataset, renderer_for
@@ -99,6 +100,10 @@ class ArithmeticDatasetBuilder(RLDatasetBuilder):
     test_size: int = 100
     format_coef: float = 0.1
     seed: int = 0
+
+    @chz.validate
+    def _check_group_size(self) -> None:
+        check_group_size(self.group_size)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         renderer = renderer_for(self.model_name_for_tokenizer, self.renderer_name)

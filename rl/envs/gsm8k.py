@@ -19,6 +19,7 @@ from typing import Any
 
 import chz
 
+from recipes_lib.config import check_group_size
 from recipes_lib.exceptions import DataFormatError
 from renderers import Renderer
 from rl.dataset import ListRLDataset, renderer_for
@@ -118,6 +119,10 @@ class Gsm8kDatasetBuilder(RLDatasetBuilder):
     # Local JSONL files in GSM8K's format, used instead of the hub (offline runs, tests).
     train_file: str | None = None
     test_file: str | None = None
+
+    @chz.validate
+    def _check_group_size(self) -> None:
+        check_group_size(self.group_size)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         renderer = renderer_for(self.model_name_for_tokenizer, self.renderer_name)

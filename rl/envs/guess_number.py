@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import chz
 
+from recipes_lib.config import check_group_size
 from renderers import Message, Renderer
 from rl.dataset import ListRLDataset, RepeatedEnvGroupBuilder, renderer_for
 from rl.message_env import EnvFromMessageEnv, MessageEnv, MessageStepResult
@@ -86,6 +87,10 @@ class GuessNumberDatasetBuilder(RLDatasetBuilder):
     high: int = 16
     max_turns: int = 6
     seed: int = 0
+
+    @chz.validate
+    def _check_group_size(self) -> None:
+        check_group_size(self.group_size)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         renderer = renderer_for(self.model_name_for_tokenizer, self.renderer_name)

@@ -39,13 +39,13 @@ def test_jsonl_reads_strings_and_message_lists(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("bad_row", "expected"),
     [
-        ({k: v for k, v in GOOD.items() if k != "completion_B"}, r"c\.jsonl:2: missing field\(s\) \['completion_B'\]"),
-        ({**GOOD, "label": "C"}, r"c\.jsonl:2: unknown label 'C'"),
-        ({**GOOD, "completion_A": "  "}, r"c\.jsonl:2: completion_A is empty"),
-        ({**GOOD, "completion_B": []}, r"c\.jsonl:2: completion_B is empty"),
-        ({**GOOD, "completion_A": [{"role": "assistant"}]}, r"c\.jsonl:2: completion_A\[0\] must be an object"),
-        ("{not json", r"c\.jsonl:2: not valid JSON"),
-        ([1, 2], r"c\.jsonl:2: expected a JSON object"),
+        ({k: v for k, v in GOOD.items() if k != "completion_B"}, r"c\.jsonl line 2: missing field\(s\) \['completion_B'\]"),
+        ({**GOOD, "label": "C"}, r"c\.jsonl line 2: unknown label 'C'"),
+        ({**GOOD, "completion_A": "  "}, r"c\.jsonl line 2: completion_A is empty"),
+        ({**GOOD, "completion_B": []}, r"c\.jsonl line 2: completion_B is empty"),
+        ({**GOOD, "completion_A": [{"role": "assistant"}]}, r"c\.jsonl line 2: completion_A\[0\] must be an object"),
+        ("{not json", r"c\.jsonl line 2: not valid JSON"),
+        ([1, 2], r"c\.jsonl line 2: expected a JSON object"),
     ],
     ids=["missing-field", "unknown-label", "blank-completion", "empty-list", "bad-message", "bad-json", "not-object"],
 )

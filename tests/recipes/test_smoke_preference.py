@@ -38,7 +38,7 @@ def test_prompt_distillation_create_data_then_train(tmp_path: Path) -> None:
         *TINY, f"output_file={data}", f"sentences_file={sentences}", "max_tokens=2", "heldout_every=3"]))
     heldout = (tmp_path / "data" / "lang_heldout.jsonl").read_text().splitlines()
     assert len(data.read_text().splitlines()) == 16 and len(heldout) == 8  # the 3rd of each label is held out
-    assert json.loads((tmp_path / "data" / "summary.json").read_text())["num_heldout"] == 8
+    assert json.loads((tmp_path / "data" / "lang_summary.json").read_text())["num_heldout"] == 8
     log_path = tmp_path / "student"
     distill_train.main(config_from_argv(distill_train.build_config(), [
         *TINY, "max_steps=2", f"log_path={log_path}", f"dataset_builder.file_path={data}",

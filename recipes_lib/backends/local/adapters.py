@@ -15,9 +15,11 @@ from typing import Any
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from peft.tuners.tuners_utils import BaseTunerLayer
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 from transformers import PreTrainedModel
+
+from recipes_lib.backends.local import storage
 
 LORA_ALPHA = 32  # fixed, so the adapter scale is alpha/rank and the best LR does not move with rank
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -78,7 +80,16 @@ class AdapterHost:
     def __init__(self, base_model: PreTrainedModel):
         self.base_model = base_model
         self.peft_model: PeftModel | None = None
-        self.linear_names = {n.rsplit(".", 1)[-1] for n, m in base_model.named_modules() if isinstance(m, nn.Linear)}
+        # Recorded before peft wraps any Linear (its wrappers are not `nn.Linear`).
+        self._linear_shapes = {n: (m.in_features, m.out_features) for n, m in base_model.named_modules()
+                               if isinstance(m, nn.Linear)}
+        self.linear_names = {n.rsplit(".", 1)[-1] for n in self._linear_shapes}
+
+    def lora_parameter_count(self, spec: LoraSpec) -> int:
+        """How many weights an adapter of `spec` has: rank * (in + out) for each Linear it adapts."""
+        targets = set(target_modules(self.linear_names, spec))
+        return sum(spec.rank * (n_in + n_out) for path, (n_in, n_out) in self._linear_shapes.items()
+                   if path.rsplit(".", 1)[-1] in targets)
 
     def add(self, adapter: str, spec: LoraSpec) -> LoraSpec:
         """Attach a fresh adapter (A random from `spec.seed`, B zero) and return the spec with its seed."""
@@ -161,7 +172,7 @@ def save_adapter(folder: Path, state: dict[str, torch.Tensor], config: LoraConfi
 
 
 def load_adapter_weights(folder: Path) -> dict[str, torch.Tensor]:
-    return load_file(str(folder / ADAPTER_WEIGHTS))
+    return storage.read_tensors(folder / ADAPTER_WEIGHTS)
 
 
 def lora_deltas(

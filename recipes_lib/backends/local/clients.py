@@ -15,7 +15,7 @@ written against the SDK runs on the embedded engine unchanged:
 import asyncio
 import functools
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Self
 
 import torch
@@ -23,15 +23,21 @@ from tinker import types
 
 from recipes_lib.backends.local import adapters, storage
 from recipes_lib.backends.local.batch import model_input_tokens, prepare_datums
-from recipes_lib.backends.local.engine import BaseEntry, LocalEngine, Snapshot, get_engine
+from recipes_lib.backends.local.engine import (
+    BaseEntry,
+    LocalEngine,
+    Snapshot,
+    available_memory_bytes,
+    get_engine,
+)
 from recipes_lib.backends.local.futures import LocalFuture
 from recipes_lib.backends.local.losses import REQUIRED_INPUTS, resolve_config
 from recipes_lib.backends.local.models import local_model_names, max_context_length
-from recipes_lib.backends.local.optimizer import AdamState
+from recipes_lib.backends.local.optimizer import AdamState, check_adam_params
 from recipes_lib.backends.local.precision import DeviceName, PrecisionName
-from recipes_lib.backends.local.sampler import SampleJob
+from recipes_lib.backends.local.sampler import SampleJob, check_sampling_params
 from recipes_lib.backends.local.trainer import CustomLoss, PassResult, builtin_pass, custom_pass
-from recipes_lib.exceptions import CheckpointError, DataFormatError
+from recipes_lib.exceptions import CheckpointError, ConfigurationError, DataFormatError
 from recipes_lib.tokenizers import Tokenizer, get_tokenizer
 
 
@@ -68,8 +74,7 @@ class SamplingClient(_SelfFuture):
         tokens = self._checked_prompt(prompt)
         if num_samples < 1:
             raise DataFormatError(f"num_samples must be >= 1, got {num_samples}.")
-        if sampling_params.max_tokens is not None and sampling_params.max_tokens < 1:
-            raise DataFormatError(f"SamplingParams.max_tokens must be >= 1, got {sampling_params.max_tokens}.")
+        check_sampling_params(sampling_params, self._snapshot.base.vocab_size)
         job = SampleJob(tokens, num_samples, sampling_params, include_prompt_logprobs, topk_prompt_logprobs)
         return self._engine.sample(self._snapshot, job)
 
@@ -145,7 +150,12 @@ class TrainingClient(_SelfFuture):
     def forward_backward_custom(
         self, data: list[types.Datum], loss_fn: CustomLoss, *, loss_type_input: str | None = None
     ) -> LocalFuture[types.ForwardBackwardOutput]:
-        """Backpropagate `loss_fn(data, logprobs_list) -> (loss, metrics)` in one autograd pass."""
+        """Backpropagate `loss_fn(data, logprobs_list) -> (loss, metrics)` in one autograd pass.
+
+        `loss_fn` may also be a `LossHandle` from `ServiceClient.create_custom_loss` (a per-datum
+        loss, summed over datums).
+        """
+        loss_fn = _as_batch_loss(loss_fn, data)
         prepared = prepare_datums(data, ("target_tokens",), self._base.vocab_size)
         return self._engine.call(
             lambda: _output(custom_pass(self._model(), prepared, list(data), loss_fn, self._base.precision,
@@ -159,6 +169,7 @@ class TrainingClient(_SelfFuture):
         params = adam_params or optim_params or types.AdamParams()
         if not isinstance(params, types.AdamParams):
             raise DataFormatError(f"the local engine implements Adam only; got {type(params).__name__}.")
+        check_adam_params(params)
         return self._engine.call(lambda: types.OptimStepResponse(metrics=self._adam().step(params)))
 
     def _builtin(
@@ -255,6 +266,10 @@ class TrainingClient(_SelfFuture):
 
         return self._engine.call(snapshot)
 
+    def snapshot_sampling_client(self, name: str | None = None) -> LocalFuture[SamplingClient]:
+        """A future of a sampling client on the weights as of this request, in order with training."""
+        return self._snapshot_future(name)
+
     def create_sampling_client(self, model_path: str, retry_config: Any = None) -> SamplingClient:
         return _sampling_client_from_path(self._engine, model_path)
 
@@ -330,6 +345,7 @@ class ServiceClient(_SelfFuture):
         if rank < 1:
             raise DataFormatError(f"LoRA rank must be >= 1, got {rank}.")
         spec = adapters.LoraSpec(rank, seed, train_mlp, train_attn, train_unembed)
+        _check_lora_fits(self._engine.base(base_model), spec)
         return TrainingClient.create(self._engine, base_model, spec)
 
     async def create_lora_training_client_async(self, *args: Any, **kwargs: Any) -> TrainingClient:
@@ -372,6 +388,35 @@ class ServiceClient(_SelfFuture):
     async def create_sampling_client_async(self, *args: Any, **kwargs: Any) -> SamplingClient:
         return await asyncio.to_thread(self.create_sampling_client, *args, **kwargs)
 
+    # -- the rest of the SDK's ServiceClient surface --------------------------------------------------
+    def create_custom_loss(self, fn: Callable[..., Any], input_ranks: Mapping[str, int]) -> LocalFuture[Any]:
+        """A `LossHandle` for `forward_backward_custom`: `fn` traced by the SDK, checked by our allow-list."""
+        from tinker.lib.public_interfaces.custom_loss import encode_graph, trace_loss
+
+        from recipes_lib.backends.local.custom_loss import compile_graph
+        from recipes_lib.backends.local.futures import completed
+
+        handle = trace_loss(fn, input_ranks, session_id="local")  # type: ignore[arg-type]
+        compile_graph(handle.name, handle.inputs, encode_graph(handle))
+        return completed(handle)
+
+    def copy_weights(self, path: str, *, ttl_seconds: int | None = None,
+                     weights_access_token: str | None = None) -> LocalFuture[str]:
+        """Copy a checkpoint into a new run; a future of the copy's path."""
+        return self.create_rest_client().copy_weights(path)
+
+    def create_rest_client(self) -> Any:
+        """A `RestClient` over this machine's checkpoints (list runs and checkpoints, info, delete)."""
+        from recipes_lib.backends.local.rest import RestClient
+
+        return RestClient()
+
+    def close(self, status: str = "success", detail: str | None = None) -> LocalFuture[None]:
+        """Nothing to release: the engine is shared by the process; adapters go with their clients."""
+        from recipes_lib.backends.local.futures import completed
+
+        return completed(None)
+
 
 def _sampling_client_from_path(engine: LocalEngine, model_path: str) -> SamplingClient:
     folder = storage.CheckpointPath.parse(model_path).require()
@@ -379,6 +424,25 @@ def _sampling_client_from_path(engine: LocalEngine, model_path: str) -> Sampling
     snapshot = Snapshot(engine.base(meta["base_model"]), adapters.LoraSpec(**meta["lora"]),
                         adapters.load_adapter_weights(folder), model_path)
     return SamplingClient(engine, snapshot, model_path)
+
+
+# fp32 weights, their gradients, Adam's two moments and one snapshot for a sampling client.
+LORA_BYTES_PER_WEIGHT = 4 * 5
+
+
+def _check_lora_fits(base: BaseEntry, spec: adapters.LoraSpec) -> None:
+    """Refuse an adapter whose training state cannot fit in free memory (before the OOM killer does)."""
+    weights = base.host.lora_parameter_count(spec)
+    needed = weights * LORA_BYTES_PER_WEIGHT
+    available = available_memory_bytes(base.precision.device)
+    if available is None or needed <= available:
+        return
+    largest_rank = available // (weights // spec.rank * LORA_BYTES_PER_WEIGHT)
+    raise ConfigurationError(
+        f"A rank-{spec.rank} LoRA of {base.name} needs about {needed / 2**30:.1f} GiB ({weights:,} fp32 weights "
+        f"with their gradients, Adam state and a sampling snapshot), but only {available / 2**30:.1f} GiB is "
+        f"available on {base.precision.device}. Use a lower rank (at most about {largest_rank} fits)."
+    )
 
 
 def _check_compatible(meta: Mapping[str, Any], base_model: str, spec: adapters.LoraSpec, path: str) -> None:
@@ -399,3 +463,16 @@ def _output(result: PassResult) -> types.ForwardBackwardOutput:
         metrics=result.metrics,
     )
 
+
+def _as_batch_loss(loss_fn: Any, data: list[types.Datum]) -> CustomLoss:
+    """A `(data, logprobs_list) -> (loss, metrics)` callable for a callable or a `LossHandle`."""
+    from tinker.lib.public_interfaces.custom_loss import LossHandle, encode_graph
+
+    from recipes_lib.backends.local.custom_loss import CompiledLoss, compile_graph
+
+    if isinstance(loss_fn, LossHandle):
+        loss_fn = compile_graph(loss_fn.name, loss_fn.inputs, encode_graph(loss_fn))
+    if isinstance(loss_fn, CompiledLoss):
+        loss_fn.check_data(data)
+        return loss_fn.batch_loss
+    return loss_fn  # type: ignore[no-any-return]

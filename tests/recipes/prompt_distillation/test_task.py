@@ -44,10 +44,10 @@ def test_split_holds_out_every_fifth_of_each_label() -> None:
 def test_bad_sentence_rows_name_the_line(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_text('{"text": "hi", "label": "en"}\n{"text": "x", "label": "xx"}\n', encoding="utf-8")
-    with pytest.raises(DataFormatError, match=r"s\.jsonl:2: label must be one of"):
+    with pytest.raises(DataFormatError, match=r"s\.jsonl line 2: label must be one of"):
         load_sentences(path)
     path.write_text('{"label": "en"}\n', encoding="utf-8")
-    with pytest.raises(DataFormatError, match=r"s\.jsonl:1"):
+    with pytest.raises(DataFormatError, match=r"s\.jsonl line 1: expected an object"):
         load_sentences(path)
 
 

@@ -1,0 +1,11 @@
+"""The local engine served over the Tinker REST API, so the official `tinker` SDK drives it.
+
+Run: `python -m recipes_lib.server port=8000 precision=float32` and point any SDK program at it
+with `TINKER_BASE_URL=http://127.0.0.1:8000 TINKER_API_KEY=<the server's key>` (or the recipes
+with `backend=tinker backend.base_url=http://127.0.0.1:8000`). See README "Serve the engine".
+
+Modules: `app.py` (FastAPI endpoints, auth, limits), `wire.py` (the protobuf bodies),
+`futures.py` (request ids polled by the SDK), `registry.py` (sessions, models, samplers),
+`naming.py` (`tinker://` <-> `local://` paths), `rest.py` (runs and checkpoints),
+`__main__.py` (the chz config and uvicorn).
+"""

@@ -1,0 +1,136 @@
+"""What the server knows about its callers: sessions, training models, sampling sessions.
+
+Ids follow the SDK: a training model is `<session_id>:train:<model_seq_id>` (the SDK derives this
+id itself when it creates a model through `load_weights`), a sampling session
+`<session_id>:sample:<seq_id>`. Each training model is one in-process `TrainingClient` of the local
+engine, each sampling session one `SamplingClient`; the engine behind them is shared.
+"""
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from recipes_lib.backends.local.clients import SamplingClient, TrainingClient
+from recipes_lib.backends.local.custom_loss import CompiledLoss
+from recipes_lib.exceptions import DataFormatError
+
+
+class NotFound(DataFormatError):
+    """An id the caller sent is not known to the server (answered with 404)."""
+
+
+@dataclass
+class Session:
+    session_id: str
+    tags: list[str]
+    user_metadata: dict[str, str]
+    created: float = field(default_factory=time.time)
+    last_heartbeat: float = field(default_factory=time.time)
+
+
+@dataclass
+class Sampler:
+    client: SamplingClient
+    base_model: str
+    model_path: str | None
+    joined: int = 0
+
+
+SESSION_TIMEOUT_S = 600.0  # the SDK heartbeats every 10 s; a session silent this long is gone
+# Each in-memory sampler snapshot holds a copy of the LoRA weights; RL makes one per step, and
+# off-policy RL samples from a few recent ones, so older ones are dropped.
+MAX_SNAPSHOTS_PER_MODEL = 16
+
+
+class Registry:
+    """Thread-safe maps from the SDK's ids to engine clients.
+
+    A session's clients are dropped when it finishes or stops sending heartbeats, which frees
+    their LoRA adapters in the engine (requests already queued keep what they need).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.sessions: dict[str, Session] = {}
+        self.models: dict[str, TrainingClient] = {}
+        self.samplers: dict[str, Sampler] = {}
+        self.losses: dict[str, CompiledLoss] = {}
+
+    def new_session(self, tags: list[str], user_metadata: dict[str, str]) -> Session:
+        self.drop_stale_sessions()
+        session = Session(f"sess-{uuid.uuid4().hex[:16]}", tags, user_metadata)
+        with self._lock:
+            self.sessions[session.session_id] = session
+        return session
+
+    def drop_session(self, session_id: str) -> None:
+        """Forget a session and every model, sampler and loss it created."""
+        prefix = f"{session_id}:"
+        with self._lock:
+            self.sessions.pop(session_id, None)
+            for table in (self.models, self.samplers, self.losses):
+                for key in [k for k in table if k.startswith(prefix)]:
+                    del table[key]
+
+    def drop_stale_sessions(self, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        with self._lock:
+            stale = [s.session_id for s in self.sessions.values() if now - s.last_heartbeat > SESSION_TIMEOUT_S]
+        for session_id in stale:
+            self.drop_session(session_id)
+
+    def session(self, session_id: str) -> Session:
+        with self._lock:
+            session = self.sessions.get(session_id)
+        if session is None:
+            raise NotFound(f"Unknown session_id {session_id!r}; create one with /api/v1/create_session.")
+        return session
+
+    def add_model(self, model_id: str, client: TrainingClient) -> None:
+        with self._lock:
+            if model_id in self.models:
+                raise DataFormatError(f"Model {model_id!r} already exists in this session (model_seq_id reused).")
+            self.models[model_id] = client
+
+    def model(self, model_id: str) -> TrainingClient:
+        with self._lock:
+            client = self.models.get(model_id)
+        if client is None:
+            raise NotFound(f"Unknown model_id {model_id!r}; create it with create_lora_training_client first.")
+        return client
+
+    def add_sampler(self, sampler_id: str, sampler: Sampler) -> None:
+        """Register a sampler; a model keeps its newest `MAX_SNAPSHOTS_PER_MODEL` in-memory snapshots."""
+        owner = sampler_id.rsplit(":sample:", 1)[0]
+        with self._lock:
+            self.samplers[sampler_id] = sampler
+            if ":train:" in owner:  # a snapshot of a training model (RL makes one per step)
+                mine = [key for key in self.samplers if key.startswith(f"{owner}:sample:")]
+                for key in mine[:-MAX_SNAPSHOTS_PER_MODEL]:
+                    del self.samplers[key]
+
+    def sampler(self, sampler_id: str) -> Sampler:
+        with self._lock:
+            sampler = self.samplers.get(sampler_id)
+        if sampler is None:
+            raise NotFound(f"Unknown sampling_session_id {sampler_id!r}: never created, or an old snapshot dropped "
+                           f"after {MAX_SNAPSHOTS_PER_MODEL} newer ones of its model; create a new sampling client.")
+        return sampler
+
+    def join(self, sampler_id: str) -> int:
+        sampler = self.sampler(sampler_id)
+        with self._lock:
+            sampler.joined += 1
+            return sampler.joined
+
+    def add_loss(self, loss_id: str, loss: CompiledLoss) -> None:
+        with self._lock:
+            self.losses[loss_id] = loss
+
+    def loss(self, loss_id: object) -> CompiledLoss:
+        with self._lock:
+            loss = self.losses.get(loss_id) if isinstance(loss_id, str) else None
+        if loss is None:
+            raise NotFound(f"Unknown custom loss_id {loss_id!r}; create it with ServiceClient.create_custom_loss.")
+        return loss

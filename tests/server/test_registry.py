@@ -1,0 +1,53 @@
+"""The server's registry bounds what it keeps: old sampler snapshots, silent sessions."""
+
+from typing import Any
+
+from recipes_lib.server.registry import MAX_SNAPSHOTS_PER_MODEL, SESSION_TIMEOUT_S, Registry, Sampler
+
+
+def _sampler() -> Sampler:
+    client: Any = object()
+    return Sampler(client, "recipes/tiny-llama", None)
+
+
+def test_a_model_keeps_only_its_newest_snapshots() -> None:
+    registry = Registry()
+    for i in range(MAX_SNAPSHOTS_PER_MODEL + 3):
+        registry.add_sampler(f"s:train:0:sample:{i}", _sampler())
+    registry.add_sampler("s:sample:0", _sampler())  # a sampler from a saved path is not a snapshot
+    kept = sorted(int(k.rsplit(":", 1)[1]) for k in registry.samplers if ":train:" in k)
+    assert kept == list(range(3, MAX_SNAPSHOTS_PER_MODEL + 3)) and "s:sample:0" in registry.samplers
+
+
+def test_a_silent_session_is_dropped_with_its_clients() -> None:
+    registry = Registry()
+    old, new = registry.new_session([], {}), registry.new_session([], {})
+    registry.add_sampler(f"{old.session_id}:sample:0", _sampler())
+    registry.add_sampler(f"{new.session_id}:sample:0", _sampler())
+    registry.drop_stale_sessions(now=old.last_heartbeat + SESSION_TIMEOUT_S / 2)
+    assert len(registry.samplers) == 2
+    new.last_heartbeat += SESSION_TIMEOUT_S
+    registry.drop_stale_sessions(now=old.last_heartbeat + SESSION_TIMEOUT_S + 1)
+    assert list(registry.sessions) == [new.session_id] and list(registry.samplers) == [f"{new.session_id}:sample:0"]
+
+
+def test_future_store_keeps_results_until_fetched_then_a_bounded_while() -> None:
+    import asyncio
+    from concurrent.futures import Future
+
+    import pytest
+
+    from recipes_lib.server.futures import FutureStore
+    from recipes_lib.server.registry import NotFound
+
+    store = FutureStore(max_pending=2, max_fetched=1)
+    futures: list[Future[int]] = [Future() for _ in range(3)]
+    ids = [store.add(f) for f in futures]
+    assert asyncio.run(store.wait(ids[0], 0.01)) is None  # still running: "try again"
+    futures[0].set_result(0)
+    futures[1].set_result(1)
+    assert asyncio.run(store.wait(ids[0], 0.01)).result() == 0  # type: ignore[union-attr]
+    assert asyncio.run(store.wait(ids[0], 0.01)).result() == 0  # type: ignore[union-attr]  # a retried poll
+    assert asyncio.run(store.wait(ids[1], 0.01)).result() == 1  # type: ignore[union-attr]
+    with pytest.raises(NotFound, match="Unknown request id"):  # fetched, then pushed out by a newer fetch
+        asyncio.run(store.wait(ids[0], 0.01))
