@@ -23,3 +23,8 @@ class RendererError(RecipesError, ValueError):
 
 class CheckpointError(RecipesError, ValueError):
     """A checkpoint name or path is invalid, or the checkpoint does not exist."""
+
+
+class TrainingDivergedError(RecipesError, ValueError):
+    """The gradients, or the weights after an update, hold NaN or infinite values (the learning
+    rate is usually too high); the update is refused so no NaN checkpoint is ever saved."""

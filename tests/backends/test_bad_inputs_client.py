@@ -2,8 +2,9 @@
 
 Covers issue 12's client rows: sampling settings that used to return junk (A6-A12), Adam settings
 that trained to NaN or up the loss (A25, A26), a divergence after a step, a LoRA rank too large
-for memory (C13, OOM-killed with no message), and the hosted backend hanging on an unreachable
-API (E3). Only localhost addresses are used.
+for memory (C13, OOM-killed with no message), the hosted backend hanging on an unreachable API
+(E3), and the prompts, datums and checkpoint paths that were already refused (A1-A36), kept so.
+Only localhost addresses are used.
 """
 
 import socket
@@ -20,8 +21,7 @@ from recipes_lib.backends.hosted import make_hosted_service_client
 from recipes_lib.backends.local import clients
 from recipes_lib.backends.local.adapters import LoraSpec
 from recipes_lib.backends.local.engine import available_memory_bytes
-from recipes_lib.backends.local.optimizer import TrainingDivergedError
-from recipes_lib.exceptions import ConfigurationError, DataFormatError
+from recipes_lib.exceptions import ConfigurationError, DataFormatError, TrainingDivergedError
 
 MODEL = "recipes/tiny-llama"
 VOCAB = 49152
@@ -298,3 +298,63 @@ def test_reachable_api_gives_the_sdk_client(fake_key) -> None:  # type: ignore[n
         server.listen(1)
         client = make_hosted_service_client(f"http://127.0.0.1:{server.getsockname()[1]}", None)
     assert isinstance(client, tinker.ServiceClient)
+
+
+# -- prompts, datums and checkpoint paths (A1-A3, A15-A24, A27-A36) ----------------------------------
+def _sample(tokens: list[int], **kwargs):  # type: ignore[no-untyped-def]
+    return lambda svc, tc, smp: smp.sample(types.ModelInput.from_ints(tokens), num_samples=kwargs.get("n", 1),
+                                       sampling_params=types.SamplingParams(max_tokens=2)).result()
+
+
+def _fb(loss_fn_inputs: dict, loss: str = "cross_entropy", tokens: tuple[int, ...] = (1, 2, 3)):  # type: ignore[no-untyped-def]
+    datum = types.Datum(model_input=types.ModelInput.from_ints(list(tokens)), loss_fn_inputs=loss_fn_inputs)
+    return lambda svc, tc, smp: tc.forward_backward([datum], loss).result()
+
+
+CLIENT_CALLS = [
+    pytest.param(_sample([]), DataFormatError, r"prompt is empty", id="A1-empty-prompt"),
+    pytest.param(_sample([VOCAB + 1000]), DataFormatError, rf"token ids outside \[0, {VOCAB}\)", id="A2-out-of-vocab"),
+    pytest.param(_sample([-1]), DataFormatError, r"token ids outside", id="A3-negative-token-id"),
+    pytest.param(_sample([5] * 5000), DataFormatError, r"prompt of 5000 tokens fills .*context of 2048", id="prompt-longer-than-context"),
+    pytest.param(_sample([5, 6], n=0), DataFormatError, r"num_samples must be >= 1, got 0", id="A13-num-samples-0"),
+    pytest.param(_fb({"target_tokens": [], "weights": [1.0, 1.0, 1.0]}), DataFormatError,
+                 r"datum 0: loss_fn_inputs\['target_tokens'\] has shape \[0\], expected \[3\]", id="A15-target-length"),
+    pytest.param(_fb({"target_tokens": [2, 3, 4], "weights": [1.0] * 6}), DataFormatError,
+                 r"loss_fn_inputs\['weights'\] has shape \[6\], expected \[3\]", id="A16-weights-length"),
+    pytest.param(_fb({"target_tokens": [2, 3, 4]}), DataFormatError, r"missing \['weights'\]", id="A17-no-weights"),
+    pytest.param(_fb({"weights": [1.0] * 3}), DataFormatError, r"missing \['target_tokens'\]", id="A18-no-targets"),
+    pytest.param(_fb({"target_tokens": [2, 3, 4], "weights": [1.0] * 3}, loss="crossentropy"), ConfigurationError,
+                 r"Unknown loss_fn 'crossentropy'", id="A19-unknown-loss"),
+    pytest.param(_fb({"target_tokens": [2, 3, VOCAB], "weights": [1.0] * 3}), DataFormatError,
+                 r"target_tokens has token ids outside", id="A20-out-of-vocab-target"),
+    pytest.param(lambda svc, tc, smp: tc.forward_backward([], "cross_entropy").result(), DataFormatError,
+                 r"empty list of datums", id="A21-no-datums"),
+    pytest.param(_fb({"target_tokens": [2, 3, 4], "weights": [1.0, NAN, 1.0]}), DataFormatError,
+                 r"'weights'\] contains NaN or infinite", id="A22-nan-weights"),
+    pytest.param(_fb({"target_tokens": [2, 3, 4], "logprobs": [0.0] * 3, "advantages": [NAN] * 3},
+                     loss="importance_sampling"), DataFormatError, r"'advantages'\] contains NaN", id="A23-nan-advantages"),
+    pytest.param(_fb({"target_tokens": [2, 3, 4], "logprobs": [0.0] * 3}, loss="importance_sampling"),
+                 DataFormatError, r"missing \['advantages'\]", id="A24-no-advantages"),
+    pytest.param(lambda svc, tc, smp: tc.save_state("a/b").result(), Exception, r"Invalid checkpoint name 'a/b'",
+                 id="A27-name-with-slash"),
+    pytest.param(lambda svc, tc, smp: tc.save_state("../../escape").result(), Exception,
+                 r"Invalid checkpoint name '\.\./\.\./escape'", id="A28-name-escaping"),
+    pytest.param(lambda svc, tc, smp: tc.save_state("").result(), Exception, r"Invalid checkpoint name ''", id="A30-empty-name"),
+    pytest.param(lambda svc, tc, smp: tc.load_state("local://run-nope/weights/zzz").result(), Exception,
+                 r"local://run-nope/weights/zzz does not exist", id="A32-missing-checkpoint"),
+    pytest.param(lambda svc, tc, smp: tc.load_state("local://../../etc/weights/x").result(), Exception,
+                 r"Malformed checkpoint path", id="checkpoint-path-escaping-the-root"),
+    pytest.param(lambda svc, tc, smp: tc.load_state("hello world").result(), Exception,
+                 r"Expected a checkpoint path like 'local://", id="A33-garbage-path"),
+    pytest.param(lambda svc, tc, smp: svc.create_sampling_client(base_model="nope/model") and None, ConfigurationError,
+                 r"Unknown or unavailable model 'nope/model'", id="A35-unknown-model"),
+    pytest.param(lambda svc, tc, smp: svc.create_lora_training_client(MODEL, rank=-2), Exception,
+                 r"LoRA rank must be >= 1, got -2", id="A36-negative-rank"),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "message"), CLIENT_CALLS)
+def test_bad_client_call_is_refused_with_a_message(service_client, trainer, sampler, call, error,  # type: ignore[no-untyped-def]
+                                                  message) -> None:
+    with pytest.raises(error, match=message):
+        call(service_client, trainer, sampler)

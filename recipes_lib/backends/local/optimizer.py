@@ -14,13 +14,9 @@ from tinker import types
 from torch import nn
 
 from recipes_lib.backends.local import storage
-from recipes_lib.exceptions import CheckpointError, ConfigurationError
+from recipes_lib.exceptions import CheckpointError, ConfigurationError, TrainingDivergedError
 
 OPTIMIZER_FILE = "optimizer.safetensors"
-
-
-class TrainingDivergedError(ConfigurationError):
-    """The gradients or the weights after an update hold NaN or infinite values."""
 
 
 def check_adam_params(adam: types.AdamParams) -> None:
