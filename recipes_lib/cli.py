@@ -92,7 +92,10 @@ def _resume_hint(config: Any) -> str:
     log_path = getattr(config, "log_path", None)
     if not log_path:
         return "Nothing was saved."
-    last = last_resumable(log_path)
+    try:
+        last = last_resumable(log_path)
+    except RecipesError as exc:
+        return f"{log_path} cannot be resumed as it is: {exc}"
     saved = f"The last checkpoint saved in {log_path} is {last.name!r}" if last else \
         f"No checkpoint was saved yet in {log_path}; metrics written so far are kept"
     module = getattr(sys.modules.get("__main__"), "__spec__", None)

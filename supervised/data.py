@@ -94,8 +94,8 @@ def parse_conversation(row: Any, where: str, message_field: str = "messages") ->
             an object with string role and content, or a role outside KNOWN_ROLES.
     """
     if not isinstance(row, Mapping) or message_field not in row:
-        keys = sorted(row) if isinstance(row, Mapping) else type(row).__name__
-        raise DataFormatError(f"{where}: expected an object with a {message_field!r} list; got keys {keys}.")
+        got = f"keys {sorted(row)}" if isinstance(row, Mapping) else f"a JSON {_json_kind(row)}"
+        raise DataFormatError(f"{where}: expected an object with a {message_field!r} list; got {got}.")
     messages = row[message_field]
     if not isinstance(messages, list) or not messages:
         raise DataFormatError(f"{where}: {message_field!r} must be a non-empty list of messages.")
@@ -130,3 +130,8 @@ def compute_mean_nll(logprobs_D: Sequence[np.ndarray], weights_D: Sequence[np.nd
 def datum_weights(datum: types.Datum) -> np.ndarray:
     """The datum's `weights`, shape (T,)."""
     return datum.loss_fn_inputs["weights"].to_numpy().astype(np.float32)
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)

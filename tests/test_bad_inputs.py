@@ -152,7 +152,7 @@ CASES = [
     # --- data files ------------------------------------------------------------------------------
     Case("J1-broken-json-line", "sl", ["dataset={broken}"], r"broken\.jsonl line 2: not valid JSON"),
     Case("J2-empty-file", "sl", ["dataset={empty}"], r"empty\.jsonl holds no conversations"),
-    Case("J5-line-is-a-list", "sl", ["dataset={list}"], r"list\.jsonl line 2: expected an object with a 'messages'"),
+    Case("J5-line-is-a-list", "sl", ["dataset={list}"], r"list\.jsonl line 2: expected an object with a .messages. list; got a JSON array"),
     Case("J6-messages-is-a-string", "sl", ["dataset={msgstring}"], r"line 1: 'messages' must be a non-empty list"),
     Case("J8-messages-empty", "sl", ["dataset={msgempty}"], r"line 1: 'messages' must be a non-empty list"),
     Case("J9-no-messages-key", "sl", ["dataset={nomessages}"], r"line 1: expected an object .* got keys \['conversation'\]"),
