@@ -4,8 +4,9 @@ Run: `python -m recipes_lib.server port=8000 precision=float32` and point any SD
 with `TINKER_BASE_URL=http://127.0.0.1:8000 TINKER_API_KEY=<the server's key>` (or the recipes
 with `backend=tinker backend.base_url=http://127.0.0.1:8000`). See README "Serve the engine".
 
-Modules: `app.py` (FastAPI endpoints, auth, limits), `wire.py` (the protobuf bodies),
-`futures.py` (request ids polled by the SDK), `registry.py` (sessions, models, samplers),
-`naming.py` (`tinker://` <-> `local://` paths), `rest.py` (runs and checkpoints),
-`__main__.py` (the chz config and uvicorn).
+Modules: `app.py` (the FastAPI app, auth, body limit, session endpoints), `training.py`,
+`sampling.py` and `rest.py` (the other endpoints), `messages.py` (parsing and answers),
+`wire.py` (the protobuf bodies), `state.py` (what the process holds), `futures.py` (request ids
+polled by the SDK), `registry.py` (sessions, models, samplers, losses), `naming.py`
+(`tinker://` <-> `local://` paths), `serve.py` and `__main__.py` (the chz config and uvicorn).
 """

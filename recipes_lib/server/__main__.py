@@ -2,8 +2,8 @@
 
 import chz
 
-from recipes_lib.cli import config_from_argv
+from recipes_lib.cli import run_recipe
 from recipes_lib.server.serve import ServerConfig, serve
 
 if __name__ == "__main__":
-    serve(config_from_argv(chz.Blueprint(ServerConfig)))
+    run_recipe(serve, chz.Blueprint(ServerConfig))  # a bad setting prints one "error: ..." line

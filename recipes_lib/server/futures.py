@@ -18,7 +18,7 @@ from recipes_lib.server.registry import NotFound
 class FutureStore:
     """Thread-safe map of request id -> `concurrent.futures.Future` of an SDK response object."""
 
-    def __init__(self, max_pending: int = 100_000, max_fetched: int = 4096):
+    def __init__(self, max_pending: int = 10_000, max_fetched: int = 256):
         self._pending: OrderedDict[str, Future[Any]] = OrderedDict()
         self._fetched: OrderedDict[str, Future[Any]] = OrderedDict()
         self._lock = threading.Lock()

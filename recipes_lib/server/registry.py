@@ -9,6 +9,7 @@ engine, each sampling session one `SamplingClient`; the engine behind them is sh
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from recipes_lib.backends.local.clients import SamplingClient, TrainingClient
@@ -38,9 +39,9 @@ class Sampler:
 
 
 SESSION_TIMEOUT_S = 600.0  # the SDK heartbeats every 10 s; a session silent this long is gone
-# Each in-memory sampler snapshot holds a copy of the LoRA weights; RL makes one per step, and
-# off-policy RL samples from a few recent ones, so older ones are dropped.
-MAX_SNAPSHOTS_PER_MODEL = 16
+# Each sampler holds a copy of its LoRA weights (~45 MB for SmolLM2 at rank 32), and RL makes one
+# per step; a session keeps its most recently used ones (off-policy RL samples from a few recent ones).
+MAX_SAMPLERS_PER_SESSION = 16
 
 
 class Registry:
@@ -54,7 +55,7 @@ class Registry:
         self._lock = threading.Lock()
         self.sessions: dict[str, Session] = {}
         self.models: dict[str, TrainingClient] = {}
-        self.samplers: dict[str, Sampler] = {}
+        self.samplers: OrderedDict[str, Sampler] = OrderedDict()  # least recently used first
         self.losses: dict[str, CompiledLoss] = {}
 
     def new_session(self, tags: list[str], user_metadata: dict[str, str]) -> Session:
@@ -101,21 +102,22 @@ class Registry:
         return client
 
     def add_sampler(self, sampler_id: str, sampler: Sampler) -> None:
-        """Register a sampler; a model keeps its newest `MAX_SNAPSHOTS_PER_MODEL` in-memory snapshots."""
-        owner = sampler_id.rsplit(":sample:", 1)[0]
+        """Register a sampler; its session keeps its `MAX_SAMPLERS_PER_SESSION` most recently used."""
+        session = sampler_id.split(":", 1)[0]
         with self._lock:
             self.samplers[sampler_id] = sampler
-            if ":train:" in owner:  # a snapshot of a training model (RL makes one per step)
-                mine = [key for key in self.samplers if key.startswith(f"{owner}:sample:")]
-                for key in mine[:-MAX_SNAPSHOTS_PER_MODEL]:
-                    del self.samplers[key]
+            mine = [key for key in self.samplers if key.split(":", 1)[0] == session]
+            for key in mine[:-MAX_SAMPLERS_PER_SESSION]:
+                del self.samplers[key]
 
     def sampler(self, sampler_id: str) -> Sampler:
         with self._lock:
             sampler = self.samplers.get(sampler_id)
+            if sampler is not None:
+                self.samplers.move_to_end(sampler_id)
         if sampler is None:
-            raise NotFound(f"Unknown sampling_session_id {sampler_id!r}: never created, or an old snapshot dropped "
-                           f"after {MAX_SNAPSHOTS_PER_MODEL} newer ones of its model; create a new sampling client.")
+            raise NotFound(f"Unknown sampling_session_id {sampler_id!r}: never created, or dropped after its session "
+                           f"used {MAX_SAMPLERS_PER_SESSION} newer ones; create a new sampling client.")
         return sampler
 
     def join(self, sampler_id: str) -> int:

@@ -7,7 +7,6 @@ part of a checkpoint path); a model id of this server (`<session>:train:<n>`) is
 
 import asyncio
 import json
-from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -15,9 +14,8 @@ from tinker import types
 
 from recipes_lib.backends.local import catalog
 from recipes_lib.server import naming
-
-if TYPE_CHECKING:
-    from recipes_lib.server.app import Server
+from recipes_lib.server.messages import UserError, ok, parse, parse_int
+from recipes_lib.server.state import Server
 
 
 def _tinker(checkpoint: types.Checkpoint) -> types.Checkpoint:
@@ -34,9 +32,7 @@ def _page(items: list, limit: int, offset: int) -> tuple[list, types.Cursor]:
     return items[offset: offset + limit], types.Cursor(offset=offset, limit=limit, total_count=len(items))
 
 
-def add_routes(app: FastAPI, server: "Server") -> None:
-    from recipes_lib.server.app import UserError, ok, parse, parse_int
-
+def add_routes(app: FastAPI, server: Server) -> None:
     def run_id(training_run_id: str) -> str:
         if training_run_id in server.registry.models:
             return server.registry.model(training_run_id).run_id

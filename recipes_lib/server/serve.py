@@ -67,6 +67,9 @@ def serve(config: ServerConfig) -> None:
     api_key = resolve_api_key(config)
     app = build_app(config, api_key)
     print(f"recipes server: the local engine on http://{config.host}:{config.port} (Ctrl-C stops)", flush=True)
+    if config.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"recipes server: warning: listening on {config.host}, not only this machine; traffic is plain "
+              "HTTP (no TLS), so the API key and data cross the network readable.", flush=True)
     uvicorn.run(app, host=config.host, port=config.port, log_level="warning", access_log=False)
 
 

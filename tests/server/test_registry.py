@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from recipes_lib.server.registry import MAX_SNAPSHOTS_PER_MODEL, SESSION_TIMEOUT_S, Registry, Sampler
+from recipes_lib.server.registry import MAX_SAMPLERS_PER_SESSION, SESSION_TIMEOUT_S, Registry, Sampler
 
 
 def _sampler() -> Sampler:
@@ -10,13 +10,16 @@ def _sampler() -> Sampler:
     return Sampler(client, "recipes/tiny-llama", None)
 
 
-def test_a_model_keeps_only_its_newest_snapshots() -> None:
+def test_a_session_keeps_only_its_most_recently_used_samplers() -> None:
     registry = Registry()
-    for i in range(MAX_SNAPSHOTS_PER_MODEL + 3):
+    for i in range(MAX_SAMPLERS_PER_SESSION):
         registry.add_sampler(f"s:train:0:sample:{i}", _sampler())
-    registry.add_sampler("s:sample:0", _sampler())  # a sampler from a saved path is not a snapshot
-    kept = sorted(int(k.rsplit(":", 1)[1]) for k in registry.samplers if ":train:" in k)
-    assert kept == list(range(3, MAX_SNAPSHOTS_PER_MODEL + 3)) and "s:sample:0" in registry.samplers
+    registry.sampler("s:train:0:sample:0")  # used again: now the most recent
+    registry.add_sampler("s:sample:99", _sampler())  # from a saved path: counts too
+    registry.add_sampler("other:sample:0", _sampler())  # another session's: does not
+    mine = [k for k in registry.samplers if k.startswith("s:")]
+    assert len(mine) == MAX_SAMPLERS_PER_SESSION and "s:train:0:sample:1" not in mine
+    assert "s:train:0:sample:0" in mine and "other:sample:0" in registry.samplers
 
 
 def test_a_silent_session_is_dropped_with_its_clients() -> None:
