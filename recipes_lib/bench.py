@@ -8,7 +8,8 @@ Prints, for SmolLM2-135M with LoRA rank 32, in fp32 and bf16 autocast:
   8 prompts from a rank-32 LoRA snapshot (what RL samples from);
 - peers measured in the same run: a plain peft training loop (full-logits loss) and HF `generate`;
 - with `--server`: the same training and sampling through the official `tinker` SDK against
-  `recipes_lib.server` (in a thread of this process, same engine), i.e. what the HTTP layer costs;
+  `recipes_lib.server` (in a thread of this process, same engine), timed alternately with the
+  in-process calls, i.e. what the SDK + HTTP layer costs;
 - the matmul peak measured in the same run, and achieved/peak (model FLOPs from the config:
   4 N per trained token, forward plus activation gradients, N = matmul weights incl. unembedding),
   and decoding speed against the weight-streaming bound (memory bandwidth measured here too).
@@ -72,7 +73,24 @@ def model_flops_per_token(model: torch.nn.Module) -> float:
     return 4.0 * linear
 
 
+def _paired_seconds(first: Callable[[], object], second: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """Medians of two steps timed alternately (after a warm-up of each), so both see the same machine."""
+    first(), second()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        for fn, out in ((first, times[0]), (second, times[1])):
+            start = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
 def bench_training(service: Any, repeats: int, loss_fraction: float) -> float:
+    return 8 * 128 / _median_seconds(training_step(service, loss_fraction), repeats)
+
+
+def training_step(service: Any, loss_fraction: float) -> Callable[[], None]:
+    """One `forward_backward` + `optim_step` on 8 x 128 tokens, `loss_fraction` of them weighted."""
     client = service.create_lora_training_client(SMOLLM2_NAME, rank=32, seed=0).result()
     rng = np.random.default_rng(0)
     datums = []
@@ -87,10 +105,15 @@ def bench_training(service: Any, repeats: int, loss_fraction: float) -> float:
         client.forward_backward(datums, "cross_entropy")
         client.optim_step(types.AdamParams(learning_rate=1e-5)).result()
 
-    return 8 * 128 / _median_seconds(step, repeats)
+    return step
 
 
 def bench_sampling(service: Any, repeats: int, shared_prompt: bool, lora: bool = False) -> float:
+    return 8 * 64 / _median_seconds(sampling_run(service, shared_prompt, lora), repeats)
+
+
+def sampling_run(service: Any, shared_prompt: bool, lora: bool = False) -> Callable[[], None]:
+    """8 prompts x 64 new tokens (or 1 prompt x 8 samples), from the base model or a LoRA snapshot."""
     if lora:  # a rank-32 adapter snapshot, as RL samples from (bf16 keeps it beside the weights)
         trainer = service.create_lora_training_client(SMOLLM2_NAME, rank=32, seed=0).result()
         sampler = trainer.save_weights_and_get_sampling_client().result()  # in memory, nothing written
@@ -109,11 +132,13 @@ def bench_sampling(service: Any, repeats: int, shared_prompt: bool, lora: bool =
             for f in futures:
                 f.result()
 
-    return 8 * 64 / _median_seconds(run, repeats)
+    return run
 
 
-def bench_server(precision: str, repeats: int) -> dict[str, float]:
-    """Training and sampling through the SDK and `recipes_lib.server`, as fractions of in-process."""
+def bench_server(local: Any, precision: str, repeats: int) -> dict[str, float]:
+    """Training and sampling through the SDK and `recipes_lib.server` (in a thread of this process,
+    on the same engine), each timed alternately with the same work in-process, so the ratio is the
+    cost of the SDK + HTTP layer and not of whatever else the machine was doing."""
     import tinker
 
     from recipes_lib.server.serve import ServerConfig, ThreadedServer, free_port
@@ -122,8 +147,11 @@ def bench_server(precision: str, repeats: int) -> dict[str, float]:
                           device="cpu")
     with ThreadedServer(config) as server:
         served = tinker.ServiceClient(base_url=server.url, api_key=server.api_key)
-        return {"server_train_tok_s": bench_training(served, repeats, 1.0),
-                "server_sample_8_prompts_tok_s": bench_sampling(served, repeats, shared_prompt=False)}
+        train_local, train_served = _paired_seconds(training_step(local, 1.0), training_step(served, 1.0), repeats)
+        sample_local, sample_served = _paired_seconds(sampling_run(local, shared_prompt=False),
+                                                      sampling_run(served, shared_prompt=False), repeats)
+    return {"server_train_tok_s": 8 * 128 / train_served, "paired_train_tok_s": 8 * 128 / train_local,
+            "server_sample_8_prompts_tok_s": 8 * 64 / sample_served, "paired_sample_tok_s": 8 * 64 / sample_local}
 
 
 def peer_training(precision: str, repeats: int) -> float:
@@ -196,7 +224,7 @@ def main() -> None:
             "peer_sample_tok_s": peer_sampling(precision, args.repeats),
         }
         if args.server:
-            row.update(bench_server(precision, args.repeats))
+            row.update(bench_server(service, precision, args.repeats))
         row["train_gflop_s"] = row["train_tok_s"] * flops / 1e9
         row["train_frac_of_peak"] = row["train_gflop_s"] / peaks[precision]
         weight_bytes = sum(p.numel() for p in base.model.parameters()) * (4 if precision == "float32" else 2)
@@ -217,9 +245,11 @@ def main() -> None:
               f"-> ours {row['sample_8_prompts_tok_s'] / row['peer_sample_tok_s']:.2f}x")
         if args.server:
             print(f"  through the server (SDK + HTTP): training    : {row['server_train_tok_s']:7.1f} tok/s "
-                  f"= {row['server_train_tok_s'] / row['train_tok_s']:.2f}x in-process")
+                  f"= {row['server_train_tok_s'] / row['paired_train_tok_s']:.2f}x in-process "
+                  f"({row['paired_train_tok_s']:.1f}, timed alternately)")
             print(f"  through the server: sample 8 prompts x 64     : {row['server_sample_8_prompts_tok_s']:7.1f} tok/s "
-                  f"= {row['server_sample_8_prompts_tok_s'] / row['sample_8_prompts_tok_s']:.2f}x in-process")
+                  f"= {row['server_sample_8_prompts_tok_s'] / row['paired_sample_tok_s']:.2f}x in-process "
+                  f"({row['paired_sample_tok_s']:.1f}, timed alternately)")
     if len(results) == 2:
         fp32, bf16 = results["float32"], results["bfloat16"]
         print(f"\nbf16/fp32: training {bf16['train_tok_s'] / fp32['train_tok_s']:.2f}x, "
