@@ -32,6 +32,7 @@ class Config:
     model_name: str = SMOLLM2_NAME
     steps: int = 6  # updates on the same batch, as in the spec's example
     learning_rate: float = 1e-4
+    seed: int | None = 0  # of the LoRA initialisation, so runs (and backends) are comparable; None: random
     backend: BackendConfig = backend_field()
 
     @chz.validate
@@ -54,7 +55,8 @@ def process_example(example: dict[str, str], tokenizer: object) -> types.Datum:
 def main(config: Config) -> list[float]:
     """Train, print the loss per token of each step and the sampled translations; return the losses."""
     service_client = make_service_client(config.backend)
-    training_client = service_client.create_lora_training_client(base_model=config.model_name).result()
+    training_client = service_client.create_lora_training_client(base_model=config.model_name,
+                                                                 seed=config.seed).result()
     tokenizer = training_client.get_tokenizer()
     examples = [process_example(ex, tokenizer) for ex in EXAMPLES]
     weights = np.concatenate([ex.loss_fn_inputs["weights"].tolist() for ex in examples])

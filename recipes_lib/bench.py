@@ -150,6 +150,7 @@ def bench_server(local: Any, precision: str, repeats: int) -> dict[str, float]:
         train_local, train_served = _paired_seconds(training_step(local, 1.0), training_step(served, 1.0), repeats)
         sample_local, sample_served = _paired_seconds(sampling_run(local, shared_prompt=False),
                                                       sampling_run(served, shared_prompt=False), repeats)
+        served.close("success").result()  # its session heartbeat would otherwise outlive the server
     return {"server_train_tok_s": 8 * 128 / train_served, "paired_train_tok_s": 8 * 128 / train_local,
             "server_sample_8_prompts_tok_s": 8 * 64 / sample_served, "paired_sample_tok_s": 8 * 64 / sample_local}
 
