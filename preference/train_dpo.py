@@ -35,7 +35,6 @@ from recipes_lib.backends.protocols import SamplingClient, ServiceClient, Traini
 from recipes_lib.checkpoints import (
     CheckpointRecord,
     create_or_resume_training_client,
-    last_resumable,
     save_checkpoint,
 )
 from recipes_lib.cli import LogdirBehavior, run_recipe, start_run
@@ -169,8 +168,7 @@ class _Run:
 
 def main(config: Config) -> None:
     """Train the policy with DPO; resumes from `log_path/checkpoints.jsonl` when it has a state."""
-    start_run(config)
-    resume = last_resumable(config.log_path)
+    resume = start_run(config)
     train_set, test_set = config.resolved_dataset_builder()
     total_steps = len(train_set) * config.num_epochs
     total_steps = min(total_steps, config.max_steps) if config.max_steps is not None else total_steps

@@ -16,7 +16,7 @@ import chz
 from tinker import types
 
 from recipes_lib.backends import make_service_client
-from recipes_lib.checkpoints import create_or_resume_training_client, last_resumable, save_checkpoint
+from recipes_lib.checkpoints import create_or_resume_training_client, save_checkpoint
 from recipes_lib.cli import LogdirBehavior, run_recipe, start_run
 from recipes_lib.completers import TinkerTokenCompleter
 from recipes_lib.config import BackendConfig, backend_field, check_group_size, check_positive
@@ -52,12 +52,11 @@ class Config:
 
 
 async def rl_loop(config: Config) -> None:
-    start_run(config)
+    resume = start_run(config)  # checks the log folder; the last saved batch to continue after, if any
     builder = ArithmeticDatasetBuilder(model_name_for_tokenizer=config.model_name, batch_size=config.batch_size,
                                        group_size=config.group_size, n_batches=config.num_batches, test_size=0)
     dataset, _ = await builder()
     total_steps = min(len(dataset), config.max_steps or len(dataset))
-    resume = last_resumable(config.log_path)  # continue after the last saved batch, if any
     start_step = resume.batch if resume else 0
     service_client = make_service_client(config.backend)
     training_client = create_or_resume_training_client(service_client, config.model_name, config.lora_rank, resume)

@@ -16,7 +16,7 @@ import numpy as np
 from tinker import types
 
 from recipes_lib.backends import make_service_client
-from recipes_lib.checkpoints import create_or_resume_training_client, last_resumable, save_checkpoint
+from recipes_lib.checkpoints import create_or_resume_training_client, save_checkpoint
 from recipes_lib.cli import LogdirBehavior, run_recipe, start_run
 from recipes_lib.config import BackendConfig, backend_field, check_positive
 from recipes_lib.exceptions import ConfigurationError
@@ -55,7 +55,7 @@ class Config:
 
 
 def main(config: Config) -> None:
-    start_run(config)
+    resume = start_run(config)  # checks the log folder; the last saved batch to continue after, if any
     renderer = get_renderer(get_recommended_renderer_name(config.model_name), get_tokenizer(config.model_name))
     conversations = [messages for _, messages in read_conversations_jsonl(config.file_path)]
     batches_per_epoch = len(conversations) // config.batch_size
@@ -65,7 +65,6 @@ def main(config: Config) -> None:
     if config.max_steps is not None:
         total_steps = min(total_steps, config.max_steps)
 
-    resume = last_resumable(config.log_path)  # continue after the last saved batch, if any
     start_step = resume.epoch * batches_per_epoch + resume.batch if resume else 0
     if start_step >= total_steps:
         print(f"{config.log_path} already holds a finished run.")

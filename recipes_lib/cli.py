@@ -16,7 +16,7 @@ import chz
 import tinker
 from chz.blueprint._entrypoint import EntrypointException, EntrypointHelpException
 
-from recipes_lib.checkpoints import last_resumable, load_checkpoints
+from recipes_lib.checkpoints import CheckpointRecord, last_resumable, load_checkpoints
 from recipes_lib.exceptions import ConfigurationError, RecipesError
 from recipes_lib.logging import CONFIG_FILE, config_changes, dump_config, read_metrics
 from recipes_lib.paths import recipes_home_path
@@ -231,17 +231,21 @@ def check_writable(path: Path, key: str) -> None:
 RESUME_FIXED_KEYS = ("model_name", "lora_rank", "renderer_name", "model_name_for_tokenizer")
 
 
-def start_run(config: Any) -> None:
+def start_run(config: Any) -> CheckpointRecord | None:
     """The checks every pipeline makes before any work: the log folder (and what to do with an
     earlier run in it), the writability of `$RECIPES_HOME` for the local engine, and, when
-    resuming, that the checkpoint's model, rank and renderer are the ones asked for."""
+    resuming, that the checkpoint's model, rank and renderer are the ones asked for.
+
+    Returns the checkpoint to resume from (the last one with a state), or None for a fresh run.
+    """
     check_log_dir(config.log_path, config.behavior_if_log_dir_exists)
     backend = getattr(config, "backend", None)
     if backend is None or backend.kind == "local":
         check_writable(recipes_home_path(), "RECIPES_HOME")
     check_resume_config(config.log_path, config)
     read_metrics(config.log_path)  # a corrupt line stops the run here, before any work
-    load_checkpoints(config.log_path)
+    resumable = [record for record in load_checkpoints(config.log_path) if record.state_path]
+    return resumable[-1] if resumable else None
 
 
 def check_resume_config(log_path: str | Path, config: Any) -> None:

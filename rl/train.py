@@ -34,7 +34,7 @@ from tinker import types
 from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators
 from recipes_lib.backends import make_service_client
 from recipes_lib.backends.protocols import Future, SamplingClient, ServiceClient, TrainingClient
-from recipes_lib.checkpoints import create_or_resume_training_client, last_resumable, save_checkpoint
+from recipes_lib.checkpoints import CheckpointRecord, create_or_resume_training_client, save_checkpoint
 from recipes_lib.cli import LogdirBehavior, start_run
 from recipes_lib.completers import TinkerTokenCompleter, TokenCompleter
 from recipes_lib.config import BackendConfig, backend_field, check_group_size, check_positive
@@ -191,8 +191,7 @@ def main(config: Config) -> None:
 
 async def main_async(config: Config) -> None:
     """Run RL training to the end, inside an existing event loop."""
-    start_run(config)
-    run = await _start(config)
+    run = await _start(config, start_run(config))
     if run is None:
         print(f"{config.log_path} already holds a finished run; nothing to do. Raise max_steps to train further, "
               "or pass a new log_path.")
@@ -204,10 +203,9 @@ async def main_async(config: Config) -> None:
         run.logger.close()
 
 
-async def _start(config: Config) -> _Run | None:
+async def _start(config: Config, resume: CheckpointRecord | None) -> _Run | None:
     """Resume or create the training client, build the datasets, evaluators, source and loggers
     (None when the run in `log_path` is already finished)."""
-    resume = last_resumable(config.log_path)
     train_dataset, test_dataset = await config.dataset_builder()
     start = resume.batch if resume is not None else 0
     total = _total_steps(config, train_dataset)

@@ -37,7 +37,6 @@ from recipes_lib.backends.protocols import Future, TrainingClient
 from recipes_lib.checkpoints import (
     CheckpointRecord,
     create_or_resume_training_client,
-    last_resumable,
     save_checkpoint,
 )
 from recipes_lib.cli import LogdirBehavior, start_run
@@ -188,8 +187,7 @@ class Run:
 
 def main(config: Config) -> None:
     """Train `config.model_name` on `config.dataset_builder`, logging and checkpointing to log_path."""
-    start_run(config)
-    resume = last_resumable(config.log_path)
+    resume = start_run(config)
     train_set, test_set = config.dataset_builder()
     plan = StepPlan.of(len(train_set), config.num_epochs, config.max_steps)
     start_step = plan.start_step(resume)

@@ -19,7 +19,6 @@ def chat_templates_dir() -> Path | None:
     """The first existing reference-template folder, or None."""
     candidates = [
         REPO_ROOT.parent / "shared" / "spec" / "chat_templates",
-        Path("/work/shared/spec/chat_templates"),
     ]
     if os.environ.get("RECIPES_CHAT_TEMPLATES"):
         candidates.insert(0, Path(os.environ["RECIPES_CHAT_TEMPLATES"]))
