@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup demo test test-fast bench typecheck lint clean
+.PHONY: setup demo test test-fast bench reproduce typecheck lint clean
 
 # Idempotent: re-runs the install only when the project's requirements change.
 setup: $(STAMP)
@@ -31,10 +31,18 @@ test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: setup
-	$(BIN)/python -m recipes_lib.bench --server
+	$(BIN)/python -m recipes_lib.bench server=True
+
+# The README's learning figures (sl_basic, rl_basic, dpo_basic, prompt distillation, each at its defaults),
+# written to docs/figures.md with the date.
+reproduce: setup
+	PYTHON=$(BIN)/python scripts/reproduce.sh
+
+# Every package of the project (tests/test_layering.py lists the same ones in LAYERS).
+TYPED := recipes_lib renderers eval supervised rl preference distillation recipes examples
 
 typecheck: setup
-	$(BIN)/python -m mypy recipes_lib renderers supervised rl preference eval recipes
+	$(BIN)/python -m mypy $(TYPED)
 
 lint: setup
 	$(BIN)/ruff check .

@@ -17,10 +17,11 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 
 from eval.evaluators import SamplingClientEvaluator
-from recipes_lib.completers import SamplingClientLike, TinkerMessageCompleter
+from recipes_lib.completers import SamplingClientLike
 from recipes_lib.exceptions import DataFormatError
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import Message, get_renderer
+from renderers.completers import TinkerMessageCompleter
 
 GraderFn = Callable[[str, str], bool]
 

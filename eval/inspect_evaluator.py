@@ -18,6 +18,10 @@ import chz
 from inspect_ai import Task, eval_async
 from inspect_ai.log import EvalLog
 from inspect_ai.model import GenerateConfig, Model
+
+# Private: Inspect has no public setter of its display type. `inspect_ai.eval()` takes `display=`, but
+# `eval_async()` (which we must use inside our event loop) does not, and it falls back to "plain" when
+# none is set; `INSPECT_DISPLAY` is read by this same initializer. Pinned in constraints.txt.
 from inspect_ai.util._display import init_display_type
 
 from eval.evaluators import SamplingClientEvaluator

@@ -22,7 +22,7 @@ from tinker import types
 from preference.datasets import ComparisonDatasetBuilder
 from preference.types import LabeledComparison
 from recipes_lib.exceptions import ConfigurationError, DataFormatError
-from recipes_lib.model_info import get_recommended_renderer_name
+from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import Message, Renderer, TrainOnWhat, get_renderer
 from supervised.data import conversation_to_datum, datum_from_tokens_weights
@@ -158,7 +158,7 @@ class DPODatasetBuilder:
         model = self.model_name_for_tokenizer
         if model is None:
             raise ConfigurationError("DPODatasetBuilder needs model_name_for_tokenizer to render comparisons.")
-        return get_renderer(self.renderer_name or get_recommended_renderer_name(model), get_tokenizer(model))
+        return get_renderer(resolve_renderer_name(model, self.renderer_name), get_tokenizer(model))
 
     def __call__(self) -> tuple[PreferencePairDataset, PreferencePairDataset | None]:
         train, test = self.comparison_builder()

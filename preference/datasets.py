@@ -7,8 +7,10 @@ into DPO pairs (`preference.data`) or reward-model conversations (`preference.re
 - `ComparisonBuilderFromJsonl(train_path, test_path=None)`: one comparison per line,
       {"prompt_conversation": [{"role": "user", "content": "..."}],
        "completion_A": "text" | [messages], "completion_B": "text" | [messages], "label": "A"|"B"|"Tie"}
-  (a string prompt or completion is shorthand for one user / assistant message). A bad line fails
-  with a `DataFormatError` that names the file, the line and the field.
+  (a string prompt or completion is shorthand for one user / assistant message). Every message
+  passes the one message schema (`renderers.messages`), keeping tool calls, thinking and the other
+  fields it has. A bad line fails with a `DataFormatError` that names the file, the line and the
+  field (`completion_A[0]`, then the message's own field).
 - `HHHComparisonBuilder` (Anthropic/hh-rlhf), `HelpSteer3ComparisonBuilder` (nvidia/HelpSteer3,
   "preference" config), `UltraFeedbackComparisonBuilder` (HuggingFaceH4/ultrafeedback_binarized):
   `datasets.load_dataset(dataset_path, ...)`, so `dataset_path` may also be a local copy of the
@@ -26,7 +28,7 @@ import chz
 from preference.types import LABELS, Comparison, Label, LabeledComparison
 from recipes_lib.exceptions import DataFormatError
 from recipes_lib.jsonl import read_jsonl
-from renderers import Message
+from renderers import Message, parse_message
 
 logger = logging.getLogger(__name__)
 
@@ -94,26 +96,27 @@ def parse_comparison_row(row: Any, where: str) -> LabeledComparison:
 
 def _completion(value: Any, where: str, field: str) -> list[Message]:
     messages = _messages(value, "assistant", where, field)
-    if not messages or not any(message["content"].strip() for message in messages):
-        raise DataFormatError(f"{where}: {field} is empty; a completion needs some text.")
+    if not messages or not any(message["content"].strip() or message.get("tool_calls") for message in messages):
+        raise DataFormatError(f"{where}: {field} is empty; a completion needs some text or a tool call.")
     return messages
 
 
 def _messages(value: Any, default_role: str, where: str, field: str) -> list[Message]:
-    """A string becomes one `default_role` message; a list must hold {role, content} objects."""
+    """A string becomes one `default_role` message; a list must hold messages of the schema."""
     if isinstance(value, str):
         return [Message(role=default_role, content=value)]
     if not isinstance(value, list):
         raise DataFormatError(f"{where}: {field} must be a string or a list of messages, got {type(value).__name__}.")
-    messages = []
-    for index, message in enumerate(value):
-        if not (isinstance(message, Mapping) and isinstance(message.get("role"), str)
-                and isinstance(message.get("content"), str)):
-            raise DataFormatError(
-                f"{where}: {field}[{index}] must be an object with string 'role' and 'content', got {message!r}."
-            )
-        messages.append(Message(role=message["role"], content=message["content"]))
-    return messages
+    return [_message(message, f"{where}: {field}[{index}]") for index, message in enumerate(value)]
+
+
+def _message(value: Any, where: str) -> Message:
+    """One message of the schema; `where` ends with the field it sits in (`... line 2: completion_A[0]`)."""
+    try:
+        return parse_message(value, where)
+    except DataFormatError as exc:
+        problem = str(exc).removeprefix(f"{where}: ")
+        raise DataFormatError(f"{where} must be an object of the message schema: {problem}") from None
 
 
 # -- Hugging Face datasets -------------------------------------------------------------------------
@@ -137,6 +140,12 @@ class HuggingFaceComparisonBuilder(ComparisonDatasetBuilder):
     def example_to_labeled_comparison(self, example: Mapping[str, Any]) -> LabeledComparison | None:
         """One dataset row as a comparison, or None when the row cannot be used."""
 
+    def _row(self, example: Mapping[str, Any], where: str) -> LabeledComparison | None:
+        try:
+            return self.example_to_labeled_comparison(example)
+        except DataFormatError as exc:
+            raise DataFormatError(f"{where}: {exc}") from None
+
     def __call__(self) -> tuple[Split, Split | None]:
         train = self._split(self.train_split, self.max_train)
         test = self._split(self.test_split, self.max_test) if self.test_split else None
@@ -151,7 +160,7 @@ class HuggingFaceComparisonBuilder(ComparisonDatasetBuilder):
         return self._convert(rows, f"{self.dataset_path}[{split}]")
 
     def _convert(self, rows: Iterable[Mapping[str, Any]], name: str) -> Split:
-        converted = [self.example_to_labeled_comparison(row) for row in rows]
+        converted = [self._row(row, f"{name} row {index}") for index, row in enumerate(rows)]
         kept = [c for c in converted if c is not None]
         if len(kept) < len(converted):
             logger.info("%s: skipped %d of %d rows that are not usable comparisons", name,
@@ -161,9 +170,11 @@ class HuggingFaceComparisonBuilder(ComparisonDatasetBuilder):
         return kept
 
 
-def _chat(rows: Sequence[Mapping[str, Any]]) -> list[Message]:
-    """A dataset's list of {"role", "content", ...} rows as messages (other keys dropped)."""
-    return [Message(role=row["role"], content=row["content"]) for row in rows]
+def _chat(rows: Sequence[Mapping[str, Any]], field: str) -> list[Message]:
+    """A dataset's list of messages, each checked against the message schema (every field kept)."""
+    if not isinstance(rows, list):
+        raise DataFormatError(f"{field} must be a list of messages; got {type(rows).__name__}.")
+    return [_message(row, f"{field}[{index}]") for index, row in enumerate(rows)]
 
 
 @chz.chz
@@ -224,7 +235,7 @@ class HelpSteer3ComparisonBuilder(HuggingFaceComparisonBuilder):
     max_test: int | None = 1024
 
     def example_to_labeled_comparison(self, example: Mapping[str, Any]) -> LabeledComparison | None:
-        context = _chat(example["context"])
+        context = _chat(example["context"], "context")
         a, b = example["response1"], example["response2"]
         if not context or not a.strip() or not b.strip():
             return None
@@ -247,8 +258,8 @@ class UltraFeedbackComparisonBuilder(HuggingFaceComparisonBuilder):
     max_test: int | None = 1024
 
     def example_to_labeled_comparison(self, example: Mapping[str, Any]) -> LabeledComparison | None:
-        chosen = _chat(example["chosen"])
-        rejected = _chat(example["rejected"])
+        chosen = _chat(example["chosen"], "chosen")
+        rejected = _chat(example["rejected"], "rejected")
         if len(chosen) < 2 or chosen[:-1] != rejected[:-1] or chosen[-1]["role"] != "assistant":
             return None
         if not chosen[-1]["content"].strip() or not rejected[-1]["content"].strip():

@@ -24,9 +24,9 @@ from preference.reward_model import PreferenceModel, PreferenceModelBuilder
 from preference.types import Comparison, LabeledComparison
 from recipes_lib.backends import make_service_client
 from recipes_lib.backends.protocols import SamplingClient
-from recipes_lib.completers import TinkerMessageCompleter
 from recipes_lib.exceptions import ConfigurationError
 from renderers import Message, Renderer
+from renderers.completers import TinkerMessageCompleter
 from rl.dataset import renderer_for
 from rl.types import (
     Action,

@@ -20,7 +20,7 @@ from preference.datasets import ComparisonDatasetBuilder
 from preference.losses import PairLogprobs, dpo_metrics, sequence_logprobs, split_pairs
 from preference.reference import ReferenceScorer
 from recipes_lib.backends.protocols import TrainingClient
-from recipes_lib.model_info import get_recommended_renderer_name
+from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import get_renderer
 
@@ -77,6 +77,6 @@ class ChosenExactMatchBuilder:
         _, test = self.comparison_builder()
         examples = [ReferenceExample(c.comparison.prompt_conversation, c.chosen[-1]["content"])
                     for c in (test or []) if c.label != "Tie"][: self.num_prompts]
-        renderer_name = self.renderer_name or get_recommended_renderer_name(self.model_name)
+        renderer_name = resolve_renderer_name(self.model_name, self.renderer_name)
         return ExactMatchEvaluator(examples, get_renderer(renderer_name, get_tokenizer(self.model_name)),
                                    max_tokens=self.max_tokens)

@@ -27,7 +27,7 @@ from recipes_lib.backends import make_service_client
 from recipes_lib.backends.protocols import SamplingClient
 from recipes_lib.config import BackendConfig, backend_field
 from recipes_lib.exceptions import DataFormatError
-from recipes_lib.model_info import get_recommended_renderer_name
+from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import Message, Renderer, TrainOnWhat, get_renderer
 from supervised.data import conversation_to_datum
@@ -137,7 +137,7 @@ class PreferenceModelBuilder:
             client = service.create_sampling_client(model_path=self.rm_weights_path)
         else:
             client = service.create_sampling_client(base_model=self.model_name)
-        renderer_name = self.renderer_name or get_recommended_renderer_name(self.model_name)
+        renderer_name = resolve_renderer_name(self.model_name, self.renderer_name)
         return PreferenceModelFromChatRenderer(client, get_renderer(renderer_name, get_tokenizer(self.model_name)))
 
 
@@ -174,5 +174,5 @@ class PreferenceAccuracyEvaluatorBuilder:
         _, test = self.comparison_builder()
         if not test:
             raise DataFormatError(f"{type(self.comparison_builder).__name__} has no test split to evaluate on.")
-        renderer_name = self.renderer_name or get_recommended_renderer_name(self.model_name)
+        renderer_name = resolve_renderer_name(self.model_name, self.renderer_name)
         return PreferenceAccuracyEvaluator(test, get_renderer(renderer_name, get_tokenizer(self.model_name)))

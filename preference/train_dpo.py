@@ -30,17 +30,12 @@ from preference.data import DPODatasetBuilder, PreferencePairDataset, pairs_to_d
 from preference.evaluation import DPOEvaluator, pair_logprobs
 from preference.losses import dpo_loss, dpo_metrics, sequence_logprobs
 from preference.reference import ReferenceScorer
-from recipes_lib.backends import make_service_client
 from recipes_lib.backends.protocols import SamplingClient, ServiceClient, TrainingClient
-from recipes_lib.checkpoints import (
-    CheckpointRecord,
-    create_or_resume_training_client,
-    save_checkpoint,
-)
-from recipes_lib.cli import LogdirBehavior, run_recipe, start_run
+from recipes_lib.checkpoints import CheckpointRecord, save_checkpoint
+from recipes_lib.cli import LogdirBehavior, eval_due, open_run, run_recipe, start_run
 from recipes_lib.config import BackendConfig, backend_field, check_positive
 from recipes_lib.exceptions import ConfigurationError
-from recipes_lib.logging import setup_logging
+from recipes_lib.hyperparams import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, adam_params
 from recipes_lib.schedules import LRSchedule, lr_multiplier
 
 logger = logging.getLogger(__name__)
@@ -62,9 +57,9 @@ class Config:
     max_steps: int | None = None  # stop early after this many steps (smoke runs)
     lora_rank: int = 32  # LoRA rank of the policy adapter
     seed: int | None = 0  # LoRA initialisation, so reruns and resumed runs are comparable; None: random
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.95
-    adam_eps: float = 1e-8
+    adam_beta1: float = ADAM_BETA1
+    adam_beta2: float = ADAM_BETA2
+    adam_eps: float = ADAM_EPS
     save_every: int = 20  # steps between resumable checkpoints (0: only the final one)
     eval_every: int = 10  # steps between evaluations of the held-out pairs (0: only after the last step)
     evaluator_builders: list[EvaluatorBuilder] = chz.field(default_factory=list)  # extra evaluators
@@ -132,8 +127,8 @@ def train_step(training_client: TrainingClient, train_set: PreferencePairDataset
     datums = pairs_to_datums(pairs)
     loss_fn = dpo_loss_fn(reference(datums), config.dpo_beta)
     backward = training_client.forward_backward_custom(datums, loss_fn)
-    step = training_client.optim_step(types.AdamParams(
-        learning_rate=learning_rate, beta1=config.adam_beta1, beta2=config.adam_beta2, eps=config.adam_eps))
+    step = training_client.optim_step(adam_params(learning_rate, config.adam_beta1, config.adam_beta2,
+                                                  config.adam_eps))
     metrics = {k: float(v) for k, v in backward.result().metrics.items()}
     step.result()
     return {**metrics, "num_tokens": float(sum(d.model_input.length + 1 for d in datums))}
@@ -172,24 +167,18 @@ def main(config: Config) -> None:
     train_set, test_set = config.resolved_dataset_builder()
     total_steps = len(train_set) * config.num_epochs
     total_steps = min(total_steps, config.max_steps) if config.max_steps is not None else total_steps
-    start_step = resume.epoch * len(train_set) + resume.batch if resume is not None else 0
-    if start_step >= total_steps:
-        print(f"{config.log_path} already holds a finished run ({total_steps} steps); nothing to do. Raise "
-              "max_steps or num_epochs to train further, or pass a new log_path.")
+    started = open_run(config, resume, total_steps, len(train_set))
+    if started is None:
         return
-    service = make_service_client(config.backend)
-    training_client = create_or_resume_training_client(
-        service, config.model_name, config.lora_rank, resume, config.load_checkpoint_path, seed=config.seed)
-    reference = ReferenceScorer(reference_client(service, training_client, config, resume is not None))
+    training_client = started.training_client
+    reference = ReferenceScorer(reference_client(started.service_client, training_client, config, resume is not None))
     run = _Run(config, training_client, train_set, reference, build_evaluators(config, test_set, reference),
                total_steps)
-    ml_logger = setup_logging(config.log_path, config, total_steps, start_step, config.wandb_project,
-                              config.wandb_name)
     try:
-        for step in range(start_step, total_steps):
-            ml_logger.log_metrics(_run_step(run, step, first=step == start_step), step)
+        for step in range(started.start_step, total_steps):
+            started.metrics_logger.log_metrics(_run_step(run, step, first=step == started.start_step), step)
     finally:
-        ml_logger.close()
+        started.metrics_logger.close()
 
 
 def _run_step(run: _Run, step: int, first: bool) -> dict[str, float]:
@@ -200,7 +189,7 @@ def _run_step(run: _Run, step: int, first: bool) -> dict[str, float]:
         run.train_set.set_epoch(seed=epoch)
     started = time.monotonic()
     metrics: dict[str, float] = {}
-    if _eval_due(config.eval_every, step, run.total_steps):
+    if eval_due(config.eval_every, step, run.total_steps):
         metrics.update(evaluate(run.evaluators, run.training_client))  # pre-step weights
     learning_rate = config.learning_rate * lr_multiplier(config.lr_schedule, step, run.total_steps)
     metrics.update(train_step(run.training_client, run.train_set, batch_index, run.reference, config, learning_rate))
@@ -212,11 +201,6 @@ def _run_step(run: _Run, step: int, first: bool) -> dict[str, float]:
     elif config.save_every > 0 and (step + 1) % config.save_every == 0:
         _save(run.training_client, config, step + 1, n_batches, name=f"{step + 1:06d}")
     return metrics
-
-
-def _eval_due(eval_every: int, step: int, total_steps: int) -> bool:
-    """Evaluate before `step` every `eval_every` steps; the last step is covered by the final evaluation."""
-    return eval_every > 0 and step % eval_every == 0 and (step < total_steps - 1 or step == 0)
 
 
 def _save(training_client: TrainingClient, config: Config, next_step: int, n_batches: int, name: str,

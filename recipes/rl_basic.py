@@ -12,44 +12,69 @@ an answer whose last integer is the sum, and trains on each answer's reward minu
 mean. Greedy accuracy on 100 held-out problems (`test/env/all/correct`) starts near 20 %,
 mostly because the model rambles past its 16-token budget, and reaches about 80 % in 60 iterations
 as it learns to answer "A + B = C". Transcripts of a few groups per iteration are printed and
-written to `<log_path>/rollouts/`. `env=` (read before the other keys) picks the task.
+written to `<log_path>/rollouts/`. `env=` picks the task and `env.<key>=...` sets its settings
+(`env.batch_size=4`); every other key is a field of `rl.train.Config`.
 """
-
-import sys
-from typing import Any
 
 import chz
 from chz.blueprint import Reference
 
+from recipes_lib.choices import Entry, NamedChoice, Preset
 from recipes_lib.cli import run_recipe
 from recipes_lib.paths import SMOLLM2_NAME
 from rl import train
 from rl.envs.arithmetic import ArithmeticDatasetBuilder
-from rl.envs.gsm8k import Gsm8kDatasetBuilder
 from rl.envs.guess_number import GuessNumberDatasetBuilder
+from rl.types import RLDatasetBuilder
 
 LOG_PATH = "/tmp/recipes-examples/rl_basic"
-ENVS: dict[str, dict[str, Any]] = {
+ENVS: dict[str, Entry] = {
     # The settings measured in reference/learning-feasibility.md (run R1).
-    "arithmetic": {"dataset_builder": ArithmeticDatasetBuilder, "dataset_builder.n_batches": 60,
-                   "dataset_builder.test_size": 100, "max_tokens": 16,
-                   "dataset_builder.format_coef": 0.0},  # lenient: only the sum counts
-    "guess_number": {"dataset_builder": GuessNumberDatasetBuilder, "dataset_builder.n_batches": 60,
-                     "max_tokens": 8},
-    "gsm8k": {"dataset_builder": Gsm8kDatasetBuilder, "max_tokens": 256, "eval_every": 0},
+    "arithmetic": Preset(ArithmeticDatasetBuilder, n_batches=60, test_size=100,
+                         format_coef=0.0),  # lenient: only the sum counts
+    "guess_number": Preset(GuessNumberDatasetBuilder, n_batches=60),
+    "gsm8k": "rl.envs.gsm8k:Gsm8kDatasetBuilder",
 }
+# Per environment: the most tokens per turn, and how often to evaluate (gsm8k: its test set is slow).
+MAX_TOKENS = {ArithmeticDatasetBuilder: 16, GuessNumberDatasetBuilder: 8}
+EVAL_EVERY = {ArithmeticDatasetBuilder: 20, GuessNumberDatasetBuilder: 20}
 
 
-def build_config(env: str = "arithmetic") -> chz.Blueprint[train.Config]:
-    """The recipe's defaults for `env` (arithmetic, guess_number or gsm8k)."""
-    return chz.Blueprint(train.Config).apply({
+def _by_env(env: RLDatasetBuilder, table: dict[type, int], otherwise: int) -> int:
+    return next((value for kind, value in table.items() if isinstance(env, kind)), otherwise)
+
+
+def _max_tokens(config: "Config", value: int | None) -> int:
+    return value if value is not None else _by_env(config.env, MAX_TOKENS, 256)
+
+
+def _eval_every(config: "Config", value: int | None) -> int:
+    return value if value is not None else _by_env(config.env, EVAL_EVERY, 0)
+
+
+@chz.chz
+class Config(train.Config):
+    """`rl.train.Config` with the task chosen by `env=`; settings left unset follow the task."""
+
+    env: RLDatasetBuilder = chz.field(meta_factory=NamedChoice("env", ENVS, default="arithmetic"),
+                                      doc="arithmetic | guess_number | gsm8k (needs the hub)")
+    # None: 16 for arithmetic, 8 for guess_number, 256 for gsm8k.
+    max_tokens: int = chz.field(default=None, munger=_max_tokens, x_type=int | None)
+    # None: every 20 iterations; never for gsm8k.
+    eval_every: int = chz.field(default=None, munger=_eval_every, x_type=int | None)
+
+
+def build_config() -> chz.Blueprint[Config]:
+    """The recipe's defaults; the command line overrides any of them."""
+    return chz.Blueprint(Config).apply({
         "log_path": LOG_PATH,
         "model_name": SMOLLM2_NAME,
-        "renderer_name": None,  # set explicitly so the dataset builder can follow it
-        "dataset_builder.model_name_for_tokenizer": Reference("model_name"),
-        "dataset_builder.renderer_name": Reference("renderer_name"),
-        "dataset_builder.batch_size": 8,
-        "dataset_builder.group_size": 4,
+        "renderer_name": None,  # set explicitly so the environment can follow it
+        "dataset_builder": Reference("env"),
+        "env.model_name_for_tokenizer": Reference("model_name"),
+        "env.renderer_name": Reference("renderer_name"),
+        "env.batch_size": 8,
+        "env.group_size": 4,
         "learning_rate": 1e-4,
         # On-policy RL wants the sampler's log-probs to equal the trainer's. In fp32 they agree
         # exactly (optim/kl_sample_train_v1 = 0); bf16 on CPU samples no faster here and its fused
@@ -58,9 +83,7 @@ def build_config(env: str = "arithmetic") -> chz.Blueprint[train.Config]:
         "backend.precision": "float32",
         "temperature": 1.0,
         "remove_constant_reward_groups": True,  # they have zero advantage: skip their compute
-        "eval_every": 20,
         "save_every": 20,
-        **ENVS[env],
     })
 
 
@@ -68,15 +91,5 @@ def main(config: train.Config) -> None:
     train.main(config)
 
 
-def pop_env(argv: list[str]) -> tuple[str, list[str]]:
-    """The value of an `env=...` argument (default "arithmetic") and the other arguments."""
-    values = [arg.split("=", 1)[1] for arg in argv if arg.startswith("env=")]
-    env = values[-1] if values else "arithmetic"
-    if env not in ENVS:
-        raise SystemExit(f"error: env={env} is not one of {sorted(ENVS)}")
-    return env, [arg for arg in argv if not arg.startswith("env=")]
-
-
 if __name__ == "__main__":
-    env, argv = pop_env(sys.argv[1:])
-    run_recipe(main, build_config(env), argv)
+    run_recipe(main, build_config())

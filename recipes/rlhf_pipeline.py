@@ -11,7 +11,9 @@ Run: `python -m recipes.rlhf_pipeline` (offline, SmolLM2, small settings; `key=v
    `rl/metrics.jsonl` tracks `test/win_rate` against the SFT policy and `test/exact_match` (greedy
    reply equal to the chosen answer).
 
-Stages write to `<log_path>/{sft,rm,rl}`; re-running resumes each one (a finished stage is skipped).
+Stages write to `<log_path>/{sft,rm,rl}` and checkpoint every `save_every` steps; re-running resumes
+each one where it stopped (a finished stage is skipped), and logs exactly what an uninterrupted run
+logs.
 The default comparisons are generated: answers to "What is a + b?", the bare "a + b = c" preferred
 over the same answer padded with chatty filler. SFT imitates both kinds, the preference model
 learns which is preferred, and RL moves the policy toward it.
@@ -66,6 +68,8 @@ class Config:
     rl_steps: int = 10
     max_steps: int | None = None  # caps every stage (smoke runs)
     eval_every: int = 16
+    # Every stage checkpoints every this many steps (and at its end); a killed pipeline resumes there.
+    save_every: int = 10
     behavior_if_log_dir_exists: LogdirBehavior = "resume"
     backend: BackendConfig = backend_field()
 
@@ -95,8 +99,8 @@ def supervised_stage(config: Config, name: str, dataset: SupervisedDatasetBuilde
     return sl_train.Config(
         log_path=f"{config.log_path}/{name}", model_name=config.model_name, dataset_builder=dataset,
         learning_rate=learning_rate, num_epochs=num_epochs, max_steps=config.max_steps, lora_rank=config.lora_rank,
-        eval_every=config.eval_every, save_every=0, evaluator_builders=evaluators, backend=config.backend,
-        behavior_if_log_dir_exists=config.behavior_if_log_dir_exists)
+        eval_every=config.eval_every, save_every=config.save_every, evaluator_builders=evaluators,
+        backend=config.backend, behavior_if_log_dir_exists=config.behavior_if_log_dir_exists)
 
 
 def rl_stage(config: Config, sft_state: str, sft_sampler: str, rm_sampler: str) -> rl_train.Config:
@@ -114,7 +118,7 @@ def rl_stage(config: Config, sft_state: str, sft_sampler: str, rm_sampler: str) 
         log_path=f"{config.log_path}/rl", model_name=model, load_checkpoint_path=sft_state, dataset_builder=dataset,
         learning_rate=config.rl_learning_rate, max_tokens=config.rl_max_tokens, lora_rank=config.lora_rank,
         max_steps=min(config.rl_steps, config.max_steps or config.rl_steps), eval_every=config.eval_every,
-        save_every=0, evaluator_builders=evaluators, backend=config.backend,
+        save_every=config.save_every, evaluator_builders=evaluators, backend=config.backend,
         behavior_if_log_dir_exists=config.behavior_if_log_dir_exists)
 
 

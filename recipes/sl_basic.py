@@ -8,77 +8,112 @@
 
 160 steps of 16 conversations ("Write 4072 in words." -> "four thousand seventy-two"); held-out
 exact match (`test/exact_match` in metrics.jsonl) goes from 0 % to over 90 % by about step 100.
-`dataset=` (read before the other keys) picks the data: `number_words` (default), a conversations
-JSONL file, or a Hugging Face dataset id; every other key is a field of `supervised.train.Config`,
-nested ones dotted (`dataset_builder.common_config.batch_size=8`, or `...batch_size=8`).
+`dataset=` picks the data: `number_words` (default), a conversations JSONL file, or a Hugging Face
+dataset id; `dataset.<key>=...` sets the chosen builder's settings (`dataset.common_config.batch_size=8`,
+or `...batch_size=8`), and every other key is a field of `supervised.train.Config`.
 """
 
-import sys
 from pathlib import Path
-from typing import Any
 
 import chz
 from chz.blueprint import Reference
 
+from eval.evaluators import EvaluatorBuilder
+from recipes_lib.choices import Factory, NamedChoice, Preset, resolve
 from recipes_lib.cli import run_recipe
+from recipes_lib.hyperparams import get_lr
 from recipes_lib.paths import SMOLLM2_NAME
 from supervised import train
-from supervised.datasets import FromConversationFileBuilder, HuggingFaceChatBuilder
+from supervised.datasets import FromConversationFileBuilder
 from supervised.number_words import SYSTEM_PROMPT, NumberWordsBuilder, NumberWordsExactMatchBuilder
+from supervised.types import ChatDatasetBuilderCommonConfig, SupervisedDatasetBuilder
 
 LOG_PATH = "/tmp/recipes-examples/sl_basic"
-COMMON = "dataset_builder.common_config"
+DATASETS = {  # the measured recipe: reference/learning-feasibility.md
+    "number_words": Preset(NumberWordsBuilder, num_train=2560,  # 160 steps of 16
+                           num_heldout=48, seed=0,
+                           system_prompt=SYSTEM_PROMPT,  # shorter than SmolLM2's default: faster steps
+                           common_config=Preset(ChatDatasetBuilderCommonConfig, batch_size=16, max_length=128)),
+}
 
 
-def build_config(dataset: str = "number_words") -> chz.Blueprint[train.Config]:
-    """The recipe's defaults; `dataset` is "number_words", a .jsonl file or a Hugging Face id."""
-    return chz.Blueprint(train.Config).apply({
+def _file_or_hub(value: str) -> Factory | None:
+    if value.endswith(".jsonl") or Path(value).is_file():
+        return resolve(Preset(FromConversationFileBuilder, file_path=value, test_size=8,
+                              common_config=Preset(ChatDatasetBuilderCommonConfig, batch_size=8)))
+    if value.count("/") == 1:
+        return resolve(Preset("supervised.datasets:HuggingFaceChatBuilder", path=value,
+                              common_config=Preset(ChatDatasetBuilderCommonConfig, batch_size=32)))
+    return None
+
+
+def _by_dataset(config: "Config", number_words: float, file: float, hub: float) -> float:
+    dataset = config.dataset
+    if isinstance(dataset, NumberWordsBuilder):
+        return number_words
+    return file if isinstance(dataset, FromConversationFileBuilder) else hub
+
+
+def _learning_rate(config: "Config", value: float | None) -> float:
+    return value if value is not None else _by_dataset(config, 1e-3, get_lr(config.model_name), get_lr(config.model_name))
+
+
+def _num_epochs(config: "Config", value: int | None) -> int:
+    return value if value is not None else int(_by_dataset(config, 1, 3, 1))
+
+
+def _eval_every(config: "Config", value: int | None) -> int:
+    return value if value is not None else int(_by_dataset(config, 20, 4, 20))
+
+
+def _evaluators(config: "Config", value: list[EvaluatorBuilder]) -> list[EvaluatorBuilder]:
+    """The number-words exact match reads the numbers the dataset held out; other data has none."""
+    dataset = config.dataset
+    if not isinstance(dataset, NumberWordsBuilder):
+        return [e for e in value if not isinstance(e, NumberWordsExactMatchBuilder)]
+    return [chz.replace(e, num_heldout=dataset.num_heldout, seed=dataset.seed, system_prompt=dataset.system_prompt)
+            if isinstance(e, NumberWordsExactMatchBuilder) else e for e in value]
+
+
+@chz.chz
+class Config(train.Config):
+    """`supervised.train.Config` with the data chosen by `dataset=`; settings left unset follow the data."""
+
+    dataset: SupervisedDatasetBuilder = chz.field(
+        meta_factory=NamedChoice("dataset", DATASETS, default="number_words", other=_file_or_hub,
+                                 other_help="a conversations .jsonl file or a Hugging Face dataset id (owner/name)"),
+        doc="number_words | <file>.jsonl | <owner>/<name> (a Hugging Face chat dataset)")
+    # None: 1e-3 on number_words (measured), else recipes_lib.hyperparams.get_lr(model_name).
+    learning_rate: float = chz.field(default=None, munger=_learning_rate, x_type=float | None)
+    # None: 1 epoch; 3 over a (small) JSONL file.
+    num_epochs: int = chz.field(default=None, munger=_num_epochs, x_type=int | None)
+    # None: every 20 steps; every 4 over a JSONL file.
+    eval_every: int = chz.field(default=None, munger=_eval_every, x_type=int | None)
+    # The number-words exact match, only when training on number words (it follows dataset's split).
+    evaluator_builders: list[EvaluatorBuilder] = chz.field(default_factory=list, munger=_evaluators)
+
+
+def build_config() -> chz.Blueprint[Config]:
+    """The recipe's defaults; the command line overrides any of them."""
+    common = "dataset.common_config"
+    return chz.Blueprint(Config).apply({
         "log_path": LOG_PATH,
         "model_name": SMOLLM2_NAME,
-        "renderer_name": None,  # set explicitly so the builders below can follow it
+        "renderer_name": None,  # set explicitly so the dataset can follow it
         "lr_schedule": "linear",
-        "eval_every": 20,
         "save_every": 100,
-        f"{COMMON}.model_name_for_tokenizer": Reference("model_name"),
-        f"{COMMON}.renderer_name": Reference("renderer_name"),
-        **_dataset_defaults(dataset),
+        "dataset_builder": Reference("dataset"),
+        f"{common}.model_name_for_tokenizer": Reference("model_name"),
+        f"{common}.renderer_name": Reference("renderer_name"),
+        "evaluator_builders.0": NumberWordsExactMatchBuilder,
+        "evaluator_builders.0.model_name": Reference("model_name"),
+        "evaluator_builders.0.renderer_name": Reference("renderer_name"),
     })
 
 
-def _dataset_defaults(dataset: str) -> dict[str, Any]:
-    if dataset == "number_words":
-        return {  # the measured recipe: reference/learning-feasibility.md
-            "dataset_builder": NumberWordsBuilder,
-            "dataset_builder.num_train": 2560,  # 160 steps of 16
-            "dataset_builder.num_heldout": 48,
-            "dataset_builder.seed": 0,
-            "dataset_builder.system_prompt": SYSTEM_PROMPT,  # shorter than SmolLM2's default: faster steps
-            f"{COMMON}.batch_size": 16,
-            f"{COMMON}.max_length": 128,
-            "learning_rate": 1e-3,
-            "evaluator_builders.0": NumberWordsExactMatchBuilder,
-            "evaluator_builders.0.model_name": Reference("model_name"),
-            "evaluator_builders.0.renderer_name": Reference("renderer_name"),
-            "evaluator_builders.0.num_heldout": Reference("dataset_builder.num_heldout"),
-            "evaluator_builders.0.seed": Reference("dataset_builder.seed"),
-            "evaluator_builders.0.system_prompt": Reference("dataset_builder.system_prompt"),
-        }
-    if dataset.endswith(".jsonl") or Path(dataset).is_file():
-        return {"dataset_builder": FromConversationFileBuilder, "dataset_builder.file_path": dataset,
-                "dataset_builder.test_size": 8, f"{COMMON}.batch_size": 8, "num_epochs": 3, "eval_every": 4}
-    return {"dataset_builder": HuggingFaceChatBuilder, "dataset_builder.path": dataset, f"{COMMON}.batch_size": 32}
-
-
-def main(config: train.Config) -> None:
+def main(config: Config) -> None:
     train.main(config)
 
 
-def pop_dataset(argv: list[str]) -> tuple[str, list[str]]:
-    """The value of a `dataset=...` argument (default "number_words") and the other arguments."""
-    values = [arg.split("=", 1)[1] for arg in argv if arg.startswith("dataset=")]
-    return (values[-1] if values else "number_words"), [arg for arg in argv if not arg.startswith("dataset=")]
-
-
 if __name__ == "__main__":
-    dataset, argv = pop_dataset(sys.argv[1:])
-    run_recipe(main, build_config(dataset), argv)
+    run_recipe(main, build_config())

@@ -7,29 +7,31 @@ Prints, for SmolLM2-135M with LoRA rank 32, in fp32 and bf16 autocast:
 - sampling tokens/s for 8 distinct prompts x 64 new tokens, 1 prompt with `num_samples=8`, and the
   8 prompts from a rank-32 LoRA snapshot (what RL samples from);
 - peers measured in the same run: a plain peft training loop (full-logits loss) and HF `generate`;
-- with `--server`: the same training and sampling through the official `tinker` SDK against
+- with `server=True`: the same training and sampling through the official `tinker` SDK against
   `recipes_lib.server` (in a thread of this process, same engine), timed alternately with the
   in-process calls, i.e. what the SDK + HTTP layer costs;
 - the matmul peak measured in the same run, and achieved/peak (model FLOPs from the config:
   4 N per trained token, forward plus activation gradients, N = matmul weights incl. unembedding),
   and decoding speed against the weight-streaming bound (memory bandwidth measured here too).
 
-Run: `python -m recipes_lib.bench [--repeats 5] [--precisions float32,bfloat16] [--server] [--json out.json]`.
+Run: `python -m recipes_lib.bench [repeats=5] [precisions=float32,bfloat16] [server=True] [json_path=out.json]`.
 Medians over repeats after one warm-up; this 2-core VM is noisy, so read ratios, not digits.
 """
 
-import argparse
 import json
 import statistics
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
+import chz
 import numpy as np
 import torch
 from tinker import types
 
 from recipes_lib.backends.local.clients import ServiceClient
+from recipes_lib.cli import config_from_argv
+from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.paths import SMOLLM2_NAME
 from recipes_lib.tokenizers import get_tokenizer
 
@@ -198,20 +200,34 @@ def peer_sampling(precision: str, repeats: int) -> float:
     return 8 * 64 / _median_seconds(run, repeats)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--precisions", default="float32,bfloat16")
-    parser.add_argument("--server", action="store_true", help="also measure through recipes_lib.server")
-    parser.add_argument("--json", default=None, help="also write the figures to this file")
-    args = parser.parse_args()
+@chz.chz
+class BenchConfig:
+    """`python -m recipes_lib.bench [repeats=5] [precisions=float32,bfloat16] [server=True] [json_path=out.json]`."""
+
+    # Timed repeats per measurement (the median is reported), after one warm-up.
+    repeats: int = 5
+    # Local-engine precisions to measure, comma-separated.
+    precisions: tuple[Literal["float32", "bfloat16"], ...] = ("float32", "bfloat16")
+    # Also measure through the official tinker SDK against recipes_lib.server.
+    server: bool = False
+    # Also write the figures to this JSON file.
+    json_path: str | None = None
+
+    @chz.validate
+    def _check(self) -> None:
+        if self.repeats < 1:
+            raise ConfigurationError(f"repeats must be >= 1, got {self.repeats}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = config_from_argv(chz.Blueprint(BenchConfig), argv)
     torch.manual_seed(0)
     peaks = {"float32": matmul_peak(torch.float32), "bfloat16": matmul_peak(torch.bfloat16)}
     bandwidth = memory_bandwidth()
     print(f"machine: {torch.get_num_threads()} threads; matmul peak fp32 {peaks['float32']:.0f} GFLOP/s, "
           f"bf16 {peaks['bfloat16']:.0f} GFLOP/s; memory read {bandwidth:.0f} GB/s")
     results: dict[str, dict[str, float]] = {}
-    for precision in args.precisions.split(","):
+    for precision in args.precisions:
         service = ServiceClient(precision=precision, device="cpu")  # type: ignore[arg-type]
         base = service.create_sampling_client(base_model=SMOLLM2_NAME)._snapshot.base  # noqa: SLF001
         flops = model_flops_per_token(base.model)
@@ -255,8 +271,8 @@ def main() -> None:
         fp32, bf16 = results["float32"], results["bfloat16"]
         print(f"\nbf16/fp32: training {bf16['train_tok_s'] / fp32['train_tok_s']:.2f}x, "
               f"sampling {bf16['sample_8_prompts_tok_s'] / fp32['sample_8_prompts_tok_s']:.2f}x")
-    if args.json:
-        with open(args.json, "w") as f:
+    if args.json_path:
+        with open(args.json_path, "w") as f:
             json.dump({"peaks_gflop_s": peaks, "bandwidth_gb_s": bandwidth, "results": results}, f, indent=2)
 
 

@@ -3,26 +3,53 @@ and the run-folder checks made before any work (log folder, `$RECIPES_HOME`, res
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import chz
 import tinker
-from chz.blueprint._entrypoint import EntrypointException, EntrypointHelpException
+from chz.blueprint import (
+    ConstructionException,
+    EntrypointHelpException,
+    ExtraneousBlueprintArg,
+    InvalidBlueprintArg,
+    MissingBlueprintArg,
+)
 
-from recipes_lib.checkpoints import CheckpointRecord, last_resumable, load_checkpoints
+from recipes_lib.backends import make_service_client
+from recipes_lib.backends.protocols import ServiceClient, TrainingClient
+from recipes_lib.checkpoints import (
+    CheckpointRecord,
+    create_or_resume_training_client,
+    last_resumable,
+    load_checkpoints,
+)
 from recipes_lib.exceptions import ConfigurationError, RecipesError
-from recipes_lib.logging import CONFIG_FILE, config_changes, dump_config, read_metrics
+from recipes_lib.logging import (
+    CONFIG_FILE,
+    MultiplexLogger,
+    config_changes,
+    dump_config,
+    read_metrics,
+    setup_logging,
+)
 from recipes_lib.paths import recipes_home_path
 
 T = TypeVar("T")
 LogdirBehavior = Literal["ask", "resume", "delete", "raise"]
+
+
+# chz's public names for a bad command line: every exception `Blueprint.make_from_argv` raises for
+# one (their common base, EntrypointException, is not exported from `chz.blueprint`).
+CHZ_ARGUMENT_ERRORS = (ExtraneousBlueprintArg, InvalidBlueprintArg, MissingBlueprintArg, ConstructionException)
 
 
 def config_from_argv(blueprint: chz.Blueprint[T], argv: Sequence[str] | None = None) -> T:
@@ -31,12 +58,17 @@ def config_from_argv(blueprint: chz.Blueprint[T], argv: Sequence[str] | None = N
     `--help` prints every key with its type and default and exits 0.
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    bare = [arg for arg in args if "=" not in arg and arg not in ("--help", "-h")]
+    if bare:
+        print(f"error: arguments take the form key=value; got {bare[0]!r} (see --help for the keys)",
+              file=sys.stderr)
+        raise SystemExit(2)
     try:
         return blueprint.make_from_argv(args)
     except EntrypointHelpException as exc:
         print(exc)
         raise SystemExit(0) from None
-    except EntrypointException as exc:
+    except CHZ_ARGUMENT_ERRORS as exc:
         print(f"error: {exc}{_did_you_mean(blueprint, args, str(exc))}", file=sys.stderr)
         raise SystemExit(2) from None
     except RecipesError as exc:  # a config's own check (@chz.validate) refused a value
@@ -246,6 +278,59 @@ def start_run(config: Any) -> CheckpointRecord | None:
     read_metrics(config.log_path)  # a corrupt line stops the run here, before any work
     resumable = [record for record in load_checkpoints(config.log_path) if record.state_path]
     return resumable[-1] if resumable else None
+
+
+@dataclass
+class RunContext:
+    """A started run: where it starts, how long it is, its clients and its metrics logger."""
+
+    resume: CheckpointRecord | None
+    start_step: int
+    total_steps: int
+    service_client: ServiceClient
+    training_client: TrainingClient
+    metrics_logger: MultiplexLogger
+
+
+def open_run(config: Any, resume: CheckpointRecord | None, total_steps: int, batches_per_epoch: int = 1,
+             ) -> RunContext | None:
+    """The rest of every trainer's start, once its data is built (after `start_run`'s checks).
+
+    The run starts at the checkpoint's next step (`epoch * batches_per_epoch + batch`), or 0; when
+    that is already `total_steps` it prints that there is nothing to do and returns None. Otherwise
+    it creates the training client (the checkpoint's weights and optimizer, else
+    `load_checkpoint_path`'s weights, else a new LoRA adapter from `config.seed`) and the metrics
+    logger (config.json written, metrics.jsonl kept up to the start step).
+
+    `config` needs log_path, model_name, lora_rank, load_checkpoint_path, backend, wandb_project
+    and wandb_name; `seed` is optional (None: a random adapter).
+    """
+    start_step = resume_step(resume, batches_per_epoch)
+    if start_step >= total_steps:
+        print(f"{config.log_path} already holds a finished run ({total_steps} steps); nothing to do. Raise "
+              "max_steps (or num_epochs) to train further, or pass a new log_path.")
+        return None
+    service = make_service_client(config.backend)
+    client = create_or_resume_training_client(service, config.model_name, config.lora_rank, resume,
+                                              config.load_checkpoint_path, seed=getattr(config, "seed", None))
+    if resume is not None:
+        logging.getLogger(__name__).info("Resuming %s from checkpoint %r at step %d", config.log_path, resume.name,
+                                         start_step)
+    metrics_logger = setup_logging(config.log_path, config, total_steps, start_step, config.wandb_project,
+                                   config.wandb_name)
+    return RunContext(resume, start_step, total_steps, service, client, metrics_logger)
+
+
+def resume_step(resume: CheckpointRecord | None, batches_per_epoch: int = 1) -> int:
+    """The step a run continues at: the checkpoint's next batch (in its epoch), or 0."""
+    return 0 if resume is None else resume.epoch * batches_per_epoch + resume.batch
+
+
+def eval_due(every: int, step: int, total_steps: int) -> bool:
+    """Whether the evaluations run before `step` (0-based): every `every` steps, step 0 included;
+    not before the last step, which the evaluation after it covers (unless it is also the first).
+    `every` = 0: never before a step (only after the last)."""
+    return every > 0 and step % every == 0 and (step < total_steps - 1 or step == 0)
 
 
 def check_resume_config(log_path: str | Path, config: Any) -> None:

@@ -1,20 +1,21 @@
-"""Completers: policies to sample from, at the token level (RL) or the message level (evals, judges).
+"""Token completers: policies to sample from at the token level (RL).
 
-`TokenCompleter` maps a prompt and a stop condition to sampled tokens with their log-probs;
-`MessageCompleter` maps a conversation to the next assistant message. The Tinker implementations
-work over any sampling client whose `sample(prompt, num_samples, sampling_params)` returns an
+`TokenCompleter` maps a prompt and a stop condition to sampled tokens with their log-probs. The
+message-level completers (conversation in, message out) need a renderer, so they live one layer up,
+in `renderers.completers`. The Tinker implementations work over any sampling client whose `sample(prompt, num_samples, sampling_params)` returns an
 awaitable of `tinker.types.SampleResponse`: the hosted SDK's and the local engine's alike.
 """
 
+import dataclasses
+import hashlib
 import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import tinker
 
 from recipes_lib.exceptions import ConfigurationError
-from renderers import Message, Renderer
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +56,23 @@ class TokenCompleter(Protocol):
         ...
 
 
-class MessageCompleter(Protocol):
-    """A message-level policy: the next assistant message of a conversation."""
+@runtime_checkable
+class SeedableTokenCompleter(TokenCompleter, Protocol):
+    """A TokenCompleter that can sample reproducibly: `seeded(seed)` is a fresh copy whose n-th
+    call (0, 1, ...) samples with `derive_seed(seed, n)`. Give each episode its own copy, so the
+    seeds of its turns do not depend on how concurrent episodes interleave."""
 
-    async def __call__(self, messages: list[Message]) -> Message: ...
+    def seeded(self, seed: int) -> TokenCompleter: ...
+
+
+def derive_seed(*parts: int) -> int:
+    """A sampling seed in [0, 2**31) determined by `parts` (e.g. run seed, step, group, sample).
+
+    A hash, not arithmetic, so that neighbouring parts give unrelated seeds; stable across
+    processes and Python versions (unlike `hash`).
+    """
+    digest = hashlib.blake2b(b",".join(str(int(p)).encode() for p in parts), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % (2**31)
 
 
 @dataclass
@@ -68,18 +82,29 @@ class TinkerTokenCompleter:
     Attributes:
         max_tokens: the most tokens to sample; a per-call `max_tokens` can only lower it.
         context_window: if set, also caps the sample so prompt + sample fit in it.
+        seed: if set, call n (0, 1, ...) of this completer samples with `derive_seed(seed, n)`, so
+            the same calls in the same order sample the same tokens; None: a fresh seed per call.
     """
 
     sampling_client: SamplingClientLike
     max_tokens: int
     temperature: float = 1.0
     context_window: int | None = None
+    seed: int | None = None
+    _calls: int = dataclasses.field(default=0, init=False, repr=False, compare=False)
+
+    def seeded(self, seed: int) -> "TinkerTokenCompleter":
+        """A copy that samples from `seed` (its calls numbered from 0)."""
+        return dataclasses.replace(self, seed=seed)
 
     async def __call__(
         self, model_input: tinker.types.ModelInput, stop: StopCondition, *, max_tokens: int | None = None
     ) -> TokensWithLogprobs:
+        seed = None if self.seed is None else derive_seed(self.seed, self._calls)
+        self._calls += 1
         params = tinker.types.SamplingParams(
-            max_tokens=self._token_budget(model_input, max_tokens), temperature=self.temperature, stop=stop
+            max_tokens=self._token_budget(model_input, max_tokens), temperature=self.temperature, stop=stop,
+            seed=seed,
         )
         response = await self.sampling_client.sample(
             prompt=model_input, num_samples=1, sampling_params=params
@@ -99,35 +124,3 @@ class TinkerTokenCompleter:
                 f"{self.context_window}; shorten the prompt or raise context_window."
             )
         return min(budget, room)
-
-
-class TinkerMessageCompleter:
-    """A MessageCompleter: render the conversation, sample with the renderer's stops, parse."""
-
-    def __init__(
-        self,
-        sampling_client: SamplingClientLike,
-        renderer: Renderer,
-        max_tokens: int,
-        stop_condition: StopCondition | None = None,
-        temperature: float = 1.0,
-    ) -> None:
-        self.sampling_client = sampling_client
-        self.renderer = renderer
-        self.max_tokens = max_tokens
-        self.stop_condition = stop_condition if stop_condition is not None else renderer.get_stop_sequences()
-        self.temperature = temperature
-
-    async def __call__(self, messages: list[Message]) -> Message:
-        """The sampled assistant message (best effort when it is truncated or malformed)."""
-        prompt = self.renderer.build_generation_prompt(messages)
-        params = tinker.types.SamplingParams(
-            max_tokens=self.max_tokens, temperature=self.temperature, stop=self.stop_condition
-        )
-        response = await self.sampling_client.sample(prompt=prompt, num_samples=1, sampling_params=params)
-        message, ok = self.renderer.parse_response(response.sequences[0].tokens)
-        if not ok:
-            logger.warning(
-                "Sampled message did not parse cleanly (truncated or malformed): %r", message["content"]
-            )
-        return message

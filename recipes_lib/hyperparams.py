@@ -9,9 +9,18 @@ The learning-rate formula is the spec's ("Supervised Learning Hyperparameters"):
 
 with lr_base = 5e-5, M_LoRA = 10 (1 for full fine-tuning), H_m the hidden size and P_m = 0.781 for
 Llama models, 0.0775 for Qwen models. It does not depend on the LoRA rank.
+
+`adam_params(lr)` is the optimizer step every trainer sends: Adam with beta1 = 0.9, beta2 = 0.95,
+eps = 1e-8 unless a run overrides them.
 """
 
+from tinker import types
+
 from recipes_lib.model_info import Architecture, get_model_attributes
+
+ADAM_BETA1 = 0.9
+ADAM_BETA2 = 0.95
+ADAM_EPS = 1e-8
 
 LR_BASE = 5e-5
 LORA_LR_MULTIPLIER = 10.0
@@ -35,6 +44,12 @@ def get_lr(model_name: str, is_lora: bool = True) -> float:
     architecture = get_model_attributes(model_name).architecture
     lr = LR_BASE * (LORA_LR_MULTIPLIER if is_lora else 1.0)
     return lr * (REFERENCE_HIDDEN_SIZE / architecture.hidden_size) ** LR_EXPONENT[architecture.kind]
+
+
+def adam_params(learning_rate: float, beta1: float = ADAM_BETA1, beta2: float = ADAM_BETA2,
+                eps: float = ADAM_EPS) -> types.AdamParams:
+    """The `optim_step` parameters: Adam at `learning_rate` with the project's defaults."""
+    return types.AdamParams(learning_rate=learning_rate, beta1=beta1, beta2=beta2, eps=eps)
 
 
 def get_lora_lr_over_full_finetune_lr(model_name: str, lora_alpha: int = 32) -> float:

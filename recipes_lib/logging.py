@@ -4,7 +4,10 @@
   loses nothing it wrote; on resume, lines at or after the resumed step are dropped first (they
   will be logged again), as is a line cut short by a kill.
 - `config.json`: the resolved config; fields named like secrets (`api_key`) are never written.
-- the console: a rich table of each step's metrics and a progress bar with ETA.
+- the console: a progress bar with ETA and the pipeline's few headline metrics on a terminal, one
+  line every few steps in a log (recipes_lib/progress.py).
+- `metrics.png`, redrawn at each evaluation, and at the end a summary: first -> last of the
+  headline metrics, tokens/s, the final checkpoint and the commands to run next (recipes_lib/summary.py).
 - Weights & Biases when `wandb_project` is set (and the package is installed).
 """
 
@@ -21,18 +24,10 @@ from typing import Any, Protocol
 
 import chz
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
 
 from recipes_lib.exceptions import DataFormatError
 from recipes_lib.jsonl import read_log_jsonl
+from recipes_lib.progress import ProgressDisplay
 
 logger = std_logging.getLogger(__name__)
 
@@ -168,36 +163,6 @@ def config_changes(before: Any, after: Any, prefix: str = "") -> dict[str, tuple
 
 
 
-class ConsoleLogger:
-    """A rich table per step and a progress bar with ETA over `total_steps`."""
-
-    def __init__(self, total_steps: int, start_step: int = 0, console: Console | None = None):
-        self.console = console or Console(stderr=False)
-        self._progress = Progress(
-            TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("eta"), TimeRemainingColumn(), console=self.console, transient=False,
-            disable=not self.console.is_terminal,
-        )
-        self._task = self._progress.add_task("steps", total=total_steps, completed=start_step)
-        self._progress.start()
-
-    def log_metrics(self, metrics: Metrics, step: int) -> None:
-        table = Table(title=f"step {step}", show_header=False, min_width=40)
-        for key in sorted(metrics):
-            table.add_row(key, _format(metrics[key]))
-        self._progress.console.print(table)
-        self._progress.update(self._task, completed=step + 1)
-
-    def close(self) -> None:
-        self._progress.stop()
-
-
-def _format(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
-
 class WandbLogger:
     """Logs to Weights & Biases (needs `pip install wandb` and a W&B login)."""
 
@@ -236,15 +201,27 @@ def setup_logging(
     start_step: int = 0,
     wandb_project: str | None = None,
     wandb_name: str | None = None,
-    console: bool = True,
+    console: bool | Console = True,
+    headline: Sequence[str] | None = None,
 ) -> MultiplexLogger:
-    """The run's loggers: `config.json` written, `metrics.jsonl` opened (truncated on resume)."""
+    """The run's loggers: `config.json` written, `metrics.jsonl` opened (truncated on resume).
+
+    Args:
+        console: True: the progress view and the summary on stdout; a rich Console: on that
+            console; False: neither (metrics.png is still drawn).
+        headline: the metric keys the progress view and the summary show; None: chosen from the
+            keys the run logs (recipes_lib.progress.headline_keys).
+    """
+    from recipes_lib.summary import RunReport  # it reads metrics.jsonl through this module
+
     log_dir = Path(log_dir)
     jsonl = JsonlLogger(log_dir, resume_from_step=start_step)  # first: a corrupt metrics line stops it here
     write_config(log_dir, config, start_step)
     loggers: list[MetricsLogger] = [jsonl]
-    if console:
-        loggers.append(ConsoleLogger(total_steps, start_step))
+    screen = Console() if console is True else None if console is False else console
+    if screen is not None:
+        loggers.append(ProgressDisplay(total_steps, start_step, screen, headline))
     if wandb_project:
         loggers.append(WandbLogger(wandb_project, wandb_name, config, log_dir))
+    loggers.append(RunReport(log_dir, total_steps, start_step, screen, headline))  # last: reads what the others wrote
     return MultiplexLogger(loggers)

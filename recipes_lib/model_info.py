@@ -133,10 +133,38 @@ def get_model_attributes(model_name: str) -> ModelAttributes:
 
 
 def get_recommended_renderer_names(model_name: str) -> tuple[str, ...]:
-    """Renderer names that match the model's chat template, the default first."""
+    """Renderer names that match the model's chat template, the default first.
+
+    A model outside the registry whose tokenizer has a chat template gets `hf_chat_template`, which
+    renders through that template; any other unknown model is a ConfigurationError.
+    """
+    base_name = model_name.split(":")[0]
+    if base_name not in MODELS and _tokenizer_has_chat_template(base_name):
+        return (HF_CHAT_TEMPLATE_RENDERER,)
     return get_model_attributes(model_name).recommended_renderers
+
+
+HF_CHAT_TEMPLATE_RENDERER = "hf_chat_template"
+
+
+def _tokenizer_has_chat_template(model_name: str) -> bool:
+    """Whether `model_name`'s tokenizer loads (registered, local folder or hub) and has a chat template."""
+    from recipes_lib.tokenizers import get_tokenizer  # tokenizers imports this module
+
+    if not model_name:
+        return False
+    try:
+        tokenizer = get_tokenizer(model_name)
+    except ConfigurationError:
+        return False
+    return bool(getattr(tokenizer, "chat_template", None))
 
 
 def get_recommended_renderer_name(model_name: str) -> str:
     """The default renderer for `model_name` (e.g. 'qwen3', 'llama3', 'role_colon', 'smollm2')."""
     return get_recommended_renderer_names(model_name)[0]
+
+
+def resolve_renderer_name(model_name: str, renderer_name: str | None = None) -> str:
+    """`renderer_name` when one is given (not None or ""), else the model's recommended renderer."""
+    return renderer_name or get_recommended_renderer_name(model_name)

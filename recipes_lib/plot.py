@@ -1,4 +1,4 @@
-"""`python -m recipes_lib.plot LOG_PATH [LOG_PATH ...]`: PNG charts of runs from their `metrics.jsonl`.
+"""`python -m recipes_lib.plot log_paths=LOG_PATH[,LOG_PATH...]`: PNG charts of runs from their `metrics.jsonl`.
 
 One run writes `LOG_PATH/metrics.png`: a panel per group of metrics the run logged, whatever its
 pipeline (metric names as the spec writes them):
@@ -7,14 +7,14 @@ pipeline (metric names as the spec writes them):
     RL           reward (env/all/reward/total, test/...), correct (env/all/correct, test/env/all/correct),
                  format (env/all/format, if the env reports it), KL(sample || train) (optim/kl_sample_train_v1, _v2)
     DPO          loss (dpo_loss, test/dpo_loss), accuracy, margin, chosen/rejected reward
+    distillation KL(student || teacher) (teacher_kl), and the task's held-out evaluation
     evaluators   every other accuracy / exact-match / pass@k metric (e.g. inspect/<task>/accuracy)
 
-Several runs also write `comparison.png` (next to the runs, or `--out`): the same panels with one
+Several runs also write `comparison.png` (next to the runs, or `out=PATH`): the same panels with one
 line per run, labelled by folder name. Points logged only at eval steps are drawn with markers;
-`--smooth 0.9` adds an exponential moving average over noisy training curves.
+`smooth=0.9` adds an exponential moving average over noisy training curves.
 """
 
-import argparse
 import dataclasses
 import math
 import sys
@@ -23,19 +23,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeGuard
 
-import matplotlib
+import chz
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure  # not pyplot: no display backend or global figures (servers, notebooks)
+from matplotlib.ticker import MaxNLocator
 
-matplotlib.use("Agg")  # files only: no display needed (servers, CI)
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
-from matplotlib.axes import Axes  # noqa: E402
-
-from recipes_lib.logging import METRICS_FILE, read_metrics  # noqa: E402
+from recipes_lib.cli import config_from_argv
+from recipes_lib.exceptions import ConfigurationError
+from recipes_lib.logging import METRICS_FILE, read_metrics
+from recipes_lib.progress import EVAL_SUFFIXES
 
 RUN_PLOT = "metrics.png"
 COMPARISON_PLOT = "comparison.png"
 MAX_PANELS = 12
-EVAL_SUFFIXES = ("accuracy", "/exact_match", "/correct", "/pass_at_1", "/win_rate", "/teacher_agreement", "/valid_label")
 NOT_METRICS = {"step", "epoch", "progress"}
 
 
@@ -53,17 +54,20 @@ class Panel:
     smoothable: bool = True  # False for schedules (learning rate), which are exact, not noisy
     log_y: bool = False  # losses fall by orders of magnitude; drawn on a log axis when all positive
     requires: str | None = None  # drawn only for runs that logged this key (e.g. DPO's dpo_loss)
+    fraction: bool = False  # a score in [0, 1]: drawn on the whole 0..1 axis, so 0.2 -> 0.3 looks its size
 
 
 PANELS: tuple[Panel, ...] = (
     Panel("loss (NLL per token)", ("train_mean_nll", "test/nll"), "nats/token", log_y=True),
-    Panel("held-out exact match", ("test/exact_match",), "fraction"),
+    Panel("held-out exact match", ("test/exact_match",), "fraction", fraction=True),
     Panel("reward", ("env/all/reward/total", "test/env/all/reward/total"), "mean reward"),
-    Panel("correct", ("env/all/correct", "test/env/all/correct"), "fraction"),
-    Panel("well-formatted answers", ("env/all/format", "test/env/all/format"), "fraction"),
+    Panel("correct", ("env/all/correct", "test/env/all/correct"), "fraction", fraction=True),
+    Panel("well-formatted answers", ("env/all/format", "test/env/all/format"), "fraction", fraction=True),
+    Panel("KL(student || teacher) per token", ("teacher_kl", "test/teacher_kl"), "nats"),
     Panel("KL(sample || train)", ("optim/kl_sample_train_v1", "optim/kl_sample_train_v2"), "nats"),
     Panel("DPO loss", ("dpo_loss", "test/dpo_loss"), "loss", requires="dpo_loss"),
-    Panel("DPO accuracy (chosen > rejected)", ("accuracy", "test/accuracy"), "fraction", requires="dpo_loss"),
+    Panel("DPO accuracy (chosen > rejected)", ("accuracy", "test/accuracy"), "fraction", requires="dpo_loss",
+          fraction=True),
     Panel("DPO margin", ("margin", "test/margin"), "beta * log-ratio margin", requires="dpo_loss"),
     Panel("DPO implicit rewards", ("chosen_reward", "rejected_reward", "test/chosen_reward",
                                    "test/rejected_reward"), "beta * log-ratio", requires="dpo_loss"),
@@ -122,7 +126,7 @@ def panels_for(keys: Iterable[str]) -> list[Panel]:
     covered = {k for p in applicable for k in p.keys}
     evals = sorted(k for k in keys - covered if k.endswith(EVAL_SUFFIXES))
     if evals:
-        panels.append(Panel("other evaluations", tuple(evals), "score"))
+        panels.append(Panel("other evaluations", tuple(evals), "score", fraction=True))
     if not any(p.title != "learning rate" for p in panels):
         panels = [Panel(k, (k,)) for k in sorted(keys)] + [p for p in panels if p.title == "learning rate"]
     return panels[:MAX_PANELS]
@@ -147,30 +151,36 @@ def _draw(ax: Axes, run: Run, key: str, label: str, smooth: float) -> None:
         ax.plot(steps, smoothed(values, smooth), color=line.get_color())
 
 
-def _figure(panels: Sequence[Panel]) -> tuple[plt.Figure, list[Axes]]:
+def _figure(panels: Sequence[Panel]) -> tuple[Figure, list[Axes]]:
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.6 * rows), squeeze=False)
+    fig = Figure(figsize=(5.2 * cols, 3.6 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
     flat = list(axes.flat)
     for ax in flat[len(panels):]:
         ax.set_visible(False)
     return fig, flat[: len(panels)]
 
 
-def _finish(fig: plt.Figure, axes: Sequence[Axes], panels: Sequence[Panel], title: str, out: Path) -> None:
+def _finish(fig: Figure, axes: Sequence[Axes], panels: Sequence[Panel], title: str, out: Path) -> None:
     for ax, panel in zip(axes, panels):
         ax.set_title(panel.title, fontsize=10)
         ax.set_xlabel("step")
         ax.set_ylabel(panel.ylabel)
-        if panel.log_y and all((np.asarray(line.get_ydata(), dtype=float) > 0).all() for line in ax.get_lines()):
+        ys = [np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()]
+        if panel.log_y and all((y > 0).all() for y in ys):
             ax.set_yscale("log")
+        if panel.fraction and all(((y >= 0) & (y <= 1)).all() for y in ys):
+            ax.set_ylim(-0.03, 1.03)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
+    fig.savefig(tmp, dpi=110)  # then renamed: a viewer open on the file never sees half a picture
+    tmp.replace(out)
 
 
 def plot_run(run: Run, out: Path, smooth: float = 0.0) -> list[Panel]:
@@ -210,25 +220,38 @@ def describe(run: Run, panels: Sequence[Panel]) -> str:
     return "\n".join(lines)
 
 
+@chz.chz
+class PlotConfig:
+    """`python -m recipes_lib.plot log_paths=RUN[,RUN...] [out=...] [smooth=...]`."""
+
+    # Run folders holding metrics.jsonl, comma-separated; several also draw their comparison.
+    log_paths: tuple[str, ...]
+    # Where the comparison PNG goes (several runs); None: comparison.png next to the runs.
+    out: str | None = None
+    # EMA weight in [0, 1) over training curves; 0: no smoothing.
+    smooth: float = 0.0
+
+    @chz.validate
+    def _check(self) -> None:
+        if not 0.0 <= self.smooth < 1.0:
+            raise ConfigurationError(f"smooth must be in [0, 1), got {self.smooth}")
+        if not self.log_paths:
+            raise ConfigurationError("log_paths is empty; pass the run folders, e.g. log_paths=runs/a,runs/b")
+
+
 def main(argv: Sequence[str] | None = None) -> list[Path]:
-    """Plot each LOG_PATH (and their comparison when there are several); returns the PNG paths."""
-    parser = argparse.ArgumentParser(prog="python -m recipes_lib.plot", description=__doc__.split("\n")[0])
-    parser.add_argument("log_paths", nargs="+", metavar="LOG_PATH", help="run folders holding metrics.jsonl")
-    parser.add_argument("--out", type=Path, default=None, help="comparison PNG path (several runs)")
-    parser.add_argument("--smooth", type=float, default=0.0, help="EMA weight in [0, 1) for training curves")
-    args = parser.parse_args(argv)
-    if not 0.0 <= args.smooth < 1.0:
-        parser.error(f"--smooth must be in [0, 1), got {args.smooth}")
-    runs = [load_run(path) for path in args.log_paths]
+    """Plot each run of `log_paths` (and their comparison when there are several); returns the PNG paths."""
+    config = config_from_argv(chz.Blueprint(PlotConfig), argv)
+    runs = [load_run(path) for path in config.log_paths]
     written = []
-    for run, path in zip(runs, args.log_paths):
+    for run, path in zip(runs, config.log_paths):
         out = Path(path) / RUN_PLOT
-        panels = plot_run(run, out, args.smooth)
+        panels = plot_run(run, out, config.smooth)
         print(f"wrote {out}\n{describe(run, panels)}")
         written.append(out)
     if len(runs) > 1:
-        out = args.out or _common_parent(args.log_paths) / COMPARISON_PLOT
-        plot_comparison(runs, out, args.smooth)
+        out = Path(config.out) if config.out else _common_parent(config.log_paths) / COMPARISON_PLOT
+        plot_comparison(runs, out, config.smooth)
         print(f"wrote {out} (comparison of {', '.join(r.name for r in runs)})")
         written.append(out)
     return written

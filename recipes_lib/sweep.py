@@ -1,4 +1,4 @@
-"""`python -m recipes_lib.sweep DIR`: compare the runs of a learning-rate sweep.
+"""`python -m recipes_lib.sweep sweep_dir=DIR`: compare the runs of a learning-rate sweep.
 
 Each subfolder of DIR that holds a run (`config.json` + `metrics.jsonl`, as `scripts/sweep_lr.sh`
 writes them) becomes one row: its learning rate, final train loss (`train_mean_nll` of the last
@@ -11,7 +11,6 @@ Nothing is left out silently: a run whose loss went to NaN shows `nan` and "dive
 the best), and a folder whose config.json or metrics.jsonl cannot be read is listed with the reason.
 """
 
-import argparse
 import json
 import math
 from collections.abc import Sequence
@@ -19,10 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import chz
 from rich.console import Console
 from rich.table import Table
 
-from recipes_lib.exceptions import DataFormatError
+from recipes_lib.cli import config_from_argv, user_errors
+from recipes_lib.exceptions import ConfigurationError, DataFormatError
 from recipes_lib.logging import CONFIG_FILE, METRICS_FILE, read_metrics
 
 SWEEP_PLOT = "lr_sweep.png"
@@ -151,15 +152,25 @@ def plot_sweep(runs: Sequence[RunSummary], best: RunSummary | None, path: Path) 
     return path
 
 
+@chz.chz
+class SweepConfig:
+    """`python -m recipes_lib.sweep sweep_dir=DIR`."""
+
+    # The folder whose subfolders are the sweep's runs (the log_path of each).
+    sweep_dir: str
+
+    @chz.validate
+    def _check(self) -> None:
+        if not Path(self.sweep_dir).is_dir():
+            raise ConfigurationError(f"sweep_dir={self.sweep_dir} is not a folder")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("sweep_dir", type=Path, help="folder whose subfolders are runs (log_path of each)")
-    args = parser.parse_args(argv)
-    if not args.sweep_dir.is_dir():
-        parser.error(f"{args.sweep_dir} is not a folder")
-    runs = summarize_sweep(args.sweep_dir)
+    config = config_from_argv(chz.Blueprint(SweepConfig), argv)
+    sweep_dir = Path(config.sweep_dir)
+    runs = summarize_sweep(sweep_dir)
     if not runs:
-        parser.error(f"no runs (config.json + metrics.jsonl) under {args.sweep_dir}")
+        raise ConfigurationError(f"no runs (config.json + metrics.jsonl) under {sweep_dir}")
     best = best_run(runs)
     console = Console()
     console.print(sweep_table(runs, best))
@@ -167,9 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if run.problem:
             console.print(f"[yellow]{run.name} could not be read: {run.problem}[/yellow]")
     console.print(f"best learning rate: {best.learning_rate:.3g} ({best.name})" if best else "no run has finished yet")
-    console.print(f"wrote {plot_sweep(runs, best, args.sweep_dir / SWEEP_PLOT)}")
+    console.print(f"wrote {plot_sweep(runs, best, sweep_dir / SWEEP_PLOT)}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with user_errors():
+        raise SystemExit(main())

@@ -30,7 +30,14 @@ from typing import Any
 
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.model_info import MODELS
-from recipes_lib.paths import SMOLLM2_NAME, prefer_offline_hub, recipes_home, smollm2_gguf_path
+from recipes_lib.paths import (
+    SMOLLM2_NAME,
+    hub_reachable,
+    prefer_offline_hub,
+    recipes_home,
+    require_smollm2_gguf,
+    smollm2_gguf_path,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +95,8 @@ def _load_smollm2() -> Tokenizer:
         return AutoTokenizer.from_pretrained(str(cached))
     gguf = smollm2_gguf_path()
     if gguf is None:
+        if not hub_reachable():
+            require_smollm2_gguf()  # raises: says to run `make setup`
         return AutoTokenizer.from_pretrained(SMOLLM2_NAME)
     logger.info("Reading the SmolLM2 tokenizer from %s (once; cached under %s)", gguf, cached)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)

@@ -6,9 +6,13 @@
     model_input, weights_T = renderer.build_supervised_example(messages)  # weights 1 on trained tokens
     message, ok = renderer.parse_response(sampled_tokens)
 
-Built-in names: role_colon, llama3, qwen3, qwen3_disable_thinking, qwen3_instruct, chatml, smollm2
+Built-in names: role_colon, llama3, qwen3, qwen3_disable_thinking, qwen3_instruct, chatml, smollm2,
+and hf_chat_template, which renders through the tokenizer's own chat template for any other model
 (`recipes_lib.model_info.get_recommended_renderer_name(model)` picks one). Add your own with
 `register_renderer(name, factory)`, where `factory(tokenizer)` returns a `Renderer`.
+
+Messages from files, datasets and code pass one schema (`renderers.messages.MessageSchema`):
+`parse_message(value, where)` checks one and returns the `Message` the renderers read.
 """
 
 from collections.abc import Callable
@@ -17,12 +21,15 @@ from recipes_lib.exceptions import RendererError
 from recipes_lib.tokenizers import Tokenizer
 from renderers.base import Message, Renderer, ToolCall, ToolSpec, TrainOnWhat
 from renderers.chatml import ChatMLRenderer, SmolLM2Renderer
+from renderers.hf_chat_template import HFChatTemplateRenderer
 from renderers.llama3 import Llama3Renderer
+from renderers.messages import MessageSchema, parse_message, parse_messages
 from renderers.qwen3 import Qwen3DisableThinkingRenderer, Qwen3InstructRenderer, Qwen3Renderer
 from renderers.role_colon import RoleColonRenderer
 
 __all__ = [
     "Message",
+    "MessageSchema",
     "Renderer",
     "RendererFactory",
     "ToolCall",
@@ -30,6 +37,8 @@ __all__ = [
     "TrainOnWhat",
     "get_registered_renderer_names",
     "get_renderer",
+    "parse_message",
+    "parse_messages",
     "register_renderer",
     "unregister_renderer",
 ]
@@ -44,6 +53,7 @@ _BUILT_IN: dict[str, RendererFactory] = {
     "qwen3_instruct": Qwen3InstructRenderer,
     "chatml": ChatMLRenderer,
     "smollm2": SmolLM2Renderer,
+    "hf_chat_template": HFChatTemplateRenderer,
 }
 _registered: dict[str, RendererFactory] = {}
 

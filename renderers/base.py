@@ -1,4 +1,4 @@
-"""Chat message types, `TrainOnWhat`, and the `Renderer` base class.
+"""`TrainOnWhat` and the `Renderer` base class (the message types are in `renderers.messages`).
 
 A renderer turns a conversation into exactly the tokens a model was trained on, says which tokens to
 train on, and parses sampled tokens back into a message.
@@ -12,12 +12,11 @@ token is trained when any of its characters is. (A token straddles a header/outp
 when a content starts with a newline that merges with the header's own newline.)
 """
 
-import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar, NotRequired, TypedDict
+from typing import Any, ClassVar
 
 import numpy as np
 import tinker
@@ -26,44 +25,10 @@ from recipes_lib.exceptions import ConfigurationError, DataFormatError, Renderer
 from recipes_lib.model_info import get_recommended_renderer_name
 from recipes_lib.tokenizers import Tokenizer
 
-
-@dataclass(frozen=True)
-class ToolCall:
-    """A function call made in an assistant turn; `arguments` is the JSON text of an object."""
-
-    name: str
-    arguments: str
-    id: str | None = None
-
-    @classmethod
-    def from_dict(cls, name: str, arguments: Mapping[str, object], id: str | None = None) -> "ToolCall":
-        """A call whose arguments are serialized the way chat templates serialize them (`tojson`)."""
-        return cls(name=name, arguments=json.dumps(arguments, ensure_ascii=False), id=id)
-
-
-class ToolSpec(TypedDict):
-    """A tool the model may call: name, description and a JSON schema of its arguments."""
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
-
-
-class Message(TypedDict):
-    """One chat message. Only `role` and `content` are required.
-
-    `thinking` is an assistant turn's reasoning (rendered in `<think>` by renderers that support
-    it); `tool_calls` are its function calls; `trainable` marks messages to train on with
-    `TrainOnWhat.CUSTOMIZED`; `tool_call_id` and `name` identify a `tool` message's call.
-    """
-
-    role: str
-    content: str
-    tool_calls: NotRequired[list[ToolCall]]
-    thinking: NotRequired[str]
-    trainable: NotRequired[bool]
-    tool_call_id: NotRequired[str]
-    name: NotRequired[str]
+# Message types live in renderers.messages (with the schema that checks them); re-exported here.
+from renderers.messages import Message, check_message
+from renderers.messages import ToolCall as ToolCall
+from renderers.messages import ToolSpec as ToolSpec
 
 
 class TrainOnWhat(StrEnum):
@@ -276,12 +241,10 @@ def as_train_on_what(value: TrainOnWhat | str) -> TrainOnWhat:
 
 
 def check_messages(messages: Sequence[Message]) -> None:
-    """Raise DataFormatError unless every message has a string `role` and a string `content`."""
+    """Raise DataFormatError unless every message fits `renderers.messages.MessageSchema` with a
+    string content: a known role, known fields of the right types."""
     for index, message in enumerate(messages):
-        if not isinstance(message.get("role"), str) or not isinstance(message.get("content"), str):
-            raise DataFormatError(
-                f"Message {index} must have a string 'role' and a string 'content'; got {dict(message)!r}."
-            )
+        check_message(message, f"Message {index}")
 
 
 def check_trainable_flags(messages: Sequence[Message], train_on_what: TrainOnWhat) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from recipes_lib.exceptions import ConfigurationError
-from recipes_lib.model_info import get_recommended_renderer_name
+from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import Renderer, get_renderer
 from rl.types import Env, EnvGroupBuilder, RLDataset
@@ -17,7 +17,7 @@ from rl.types import Env, EnvGroupBuilder, RLDataset
 
 def renderer_for(model_name: str, renderer_name: str | None = None) -> Renderer:
     """The renderer `renderer_name` over `model_name`'s tokenizer (None: the model's recommended one)."""
-    return get_renderer(renderer_name or get_recommended_renderer_name(model_name), get_tokenizer(model_name))
+    return get_renderer(resolve_renderer_name(model_name, renderer_name), get_tokenizer(model_name))
 
 
 @dataclass(frozen=True)

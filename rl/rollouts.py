@@ -7,13 +7,16 @@ their prefill.
 An exception inside an env (`make_envs`, `initial_observation`, `step`, `compute_group_rewards`)
 becomes a `RolloutError` naming the env class and method, chained to the original exception, so
 its traceback is printed with it. Errors of the policy (the sampler) pass through unchanged.
+
+Given a `seed`, a group's rollouts are reproducible: env `i` of the group samples with its own
+copy of the policy seeded from `derive_seed(seed, i)`, whatever order the envs finish in.
 """
 
 import asyncio
 from collections.abc import Awaitable, Coroutine, Iterable
 from typing import Any, TypeVar
 
-from recipes_lib.completers import TokenCompleter
+from recipes_lib.completers import SeedableTokenCompleter, TokenCompleter, derive_seed
 from recipes_lib.exceptions import RecipesError
 from rl.types import Env, EnvGroupBuilder, Trajectory, TrajectoryGroup, Transition
 
@@ -55,10 +58,20 @@ async def do_single_rollout(policy: TokenCompleter, env: Env) -> Trajectory:
         ob, stop = result.next_observation, result.next_stop_condition
 
 
-async def do_group_rollout(builder: EnvGroupBuilder, policy: TokenCompleter) -> TrajectoryGroup:
-    """Run every env of a group concurrently, then add the group's own rewards."""
+async def do_group_rollout(builder: EnvGroupBuilder, policy: TokenCompleter, seed: int | None = None
+                           ) -> TrajectoryGroup:
+    """Run every env of a group concurrently, then add the group's own rewards.
+
+    With a `seed`, `policy` must be a `SeedableTokenCompleter`; env `i` samples from
+    `derive_seed(seed, i)`.
+    """
     envs = await env_call(builder, "make_envs", builder.make_envs())
-    trajectories_G = await gather_or_cancel(do_single_rollout(policy, env) for env in envs)
+    policies = [policy] * len(envs)
+    if seed is not None:
+        if not isinstance(policy, SeedableTokenCompleter):
+            raise TypeError(f"A seeded rollout needs a policy with seeded(seed); {type(policy).__name__} has none.")
+        policies = [policy.seeded(derive_seed(seed, i)) for i in range(len(envs))]
+    trajectories_G = await gather_or_cancel(do_single_rollout(p, env) for p, env in zip(policies, envs, strict=True))
     group_rewards = await env_call(builder, "compute_group_rewards", builder.compute_group_rewards(trajectories_G))
     return TrajectoryGroup(
         trajectories_G=trajectories_G,

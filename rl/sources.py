@@ -5,10 +5,13 @@ the first groups while others still sample (streaming minibatches).
 
 - `OnPolicySource`: at step `i`, rolls out every group of `dataset.get_batch(i)` with the weights
   of step `i`.
-- `OffPolicySource` (async RL): workers keep rolling out groups with the newest weights they have,
-  while the loop trains; a step takes the next `groups_per_batch` finished groups, and a group
-  sampled more than `max_steps_off_policy` steps before the step that would train on it is
-  discarded and its problem sampled again.
+- `OffPolicySource` (async RL): the groups of step `s` are rolled out in the background with the
+  weights of step `s - max_steps_off_policy` (never older than the last checkpoint), while the
+  loop trains the steps before `s`.
+
+Every rollout is seeded from (run seed, step, group index, sample index), and which weights sample
+which groups is fixed by the step numbers alone, never by timing; so a run is reproducible, and a
+run resumed from a checkpoint samples exactly what the uninterrupted run sampled after it.
 """
 
 import asyncio
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from recipes_lib.backends.protocols import SamplingClient
-from recipes_lib.completers import TokenCompleter
+from recipes_lib.completers import TokenCompleter, derive_seed
 from rl.rollouts import RolloutError, do_group_rollout
 from rl.types import EnvGroupBuilder, RLDataset, TrajectoryGroup
 
@@ -32,7 +35,7 @@ class GroupOutcome:
     """One group's rollout: the group, or (when errors are tolerated) the error that stopped it.
 
     Attributes:
-        index: the group's position in its batch (on-policy), for a stable training order.
+        index: the group's position in its step's batch, for a stable training order.
         tags: the builder's logging tags.
         sampler_step: the step whose weights sampled the group.
     """
@@ -46,11 +49,13 @@ class GroupOutcome:
 
 
 async def roll_out(
-    index: int, builder: EnvGroupBuilder, policy: TokenCompleter, sampler_step: int, tolerate_errors: bool
+    index: int, builder: EnvGroupBuilder, policy: TokenCompleter, sampler_step: int, tolerate_errors: bool,
+    seed: int | None = None,
 ) -> GroupOutcome:
-    """Roll out one group; an env error is raised, or, if tolerated, logged and returned."""
+    """Roll out one group (sampling from `seed` when given); an env error is raised, or, if
+    tolerated, logged and returned."""
     try:
-        group = await do_group_rollout(builder, policy)
+        group = await do_group_rollout(builder, policy, seed)
     except RolloutError as exc:
         if not tolerate_errors:
             raise
@@ -79,10 +84,11 @@ class GroupSource(Protocol):
 class OnPolicySource:
     """Rolls out batch `i` of the dataset with the weights of step `i`, all groups concurrently."""
 
-    def __init__(self, dataset: RLDataset, make_policy: PolicyFactory, tolerate_errors: bool):
+    def __init__(self, dataset: RLDataset, make_policy: PolicyFactory, tolerate_errors: bool, seed: int | None):
         self.dataset = dataset
         self.make_policy = make_policy
         self.tolerate_errors = tolerate_errors
+        self.seed = seed
         self._policy: TokenCompleter | None = None
         self._step = 0
 
@@ -95,7 +101,8 @@ class OnPolicySource:
     async def groups(self, step: int) -> AsyncIterator[GroupOutcome]:
         assert self._policy is not None and self._step == step, "set_policy(step, ...) must come first"
         builders = self.dataset.get_batch(step)
-        tasks = [asyncio.ensure_future(roll_out(i, b, self._policy, step, self.tolerate_errors))
+        tasks = [asyncio.ensure_future(roll_out(i, b, self._policy, step, self.tolerate_errors,
+                                                _group_seed(self.seed, step, i)))
                  for i, b in enumerate(builders)]
         try:
             for finished in asyncio.as_completed(tasks):
@@ -112,71 +119,76 @@ class OnPolicySource:
 
 
 class OffPolicySource:
-    """Samples groups in the background with the newest weights, at most `max_steps_off_policy` stale.
+    """Rolls out the groups of step `s` in the background with the weights of step
+    `max(s - max_steps_off_policy, b)`, where `b` is the last checkpoint step at or before `s`.
 
-    `groups_per_batch` workers sample concurrently, and at most `groups_per_batch *
-    max(max_steps_off_policy, 1)` groups are in flight or waiting: a group then waits at most that
-    many steps, so few are discarded as stale (the first version, with one batch more, discarded
-    a quarter of its groups).
+    Step `s` trains on the `groups_per_batch` builders after those of step `s - 1` (in the order
+    given). Its rollouts start as soon as the loop hands over the weights they use, so with
+    K = `max_steps_off_policy` >= 1 the groups of up to K later steps sample while a step trains,
+    each group at most K steps stale (exactly K away from the start and from checkpoints; K = 0 is
+    on-policy, without overlap). A checkpoint is a barrier: the steps after it sample with the
+    checkpoint's weights or newer, so a run resumed from it (which has no older weights) samples
+    exactly what the uninterrupted run did. That costs one pipeline refill per `save_every` steps.
     """
 
     def __init__(self, builders: Sequence[EnvGroupBuilder], make_policy: PolicyFactory, groups_per_batch: int,
-                 max_steps_off_policy: int, tolerate_errors: bool):
+                 max_steps_off_policy: int, tolerate_errors: bool, seed: int | None, start_step: int = 0,
+                 save_every: int = 0):
+        self.builders = list(builders)
         self.make_policy = make_policy
         self.groups_per_batch = groups_per_batch
         self.max_steps_off_policy = max_steps_off_policy
         self.tolerate_errors = tolerate_errors
-        self._pending: asyncio.Queue[EnvGroupBuilder] = asyncio.Queue()
-        for builder in builders:
-            self._pending.put_nowait(builder)
-        self._finished: asyncio.Queue[GroupOutcome | BaseException] = asyncio.Queue()
-        self._room = asyncio.Semaphore(groups_per_batch * max(max_steps_off_policy, 1))
-        self._workers: list[asyncio.Task[None]] = []
-        self._policy: TokenCompleter | None = None
-        self._step = 0
-        self._discarded = 0
+        self.seed = seed
+        self.start_step = start_step
+        self.save_every = save_every
+        self.end_step = start_step + len(self.builders) // groups_per_batch
+        self._next_launch = start_step
+        self._tasks: dict[int, list[asyncio.Task[GroupOutcome]]] = {}
+
+    def policy_step(self, step: int) -> int:
+        """The step whose weights sample the groups of `step`."""
+        checkpoint = step - step % self.save_every if self.save_every > 0 else 0
+        return max(step - self.max_steps_off_policy, checkpoint, self.start_step)
 
     def set_policy(self, step: int, sampling_client: SamplingClient) -> None:
-        self._policy, self._step = self.make_policy(sampling_client), step
-        if not self._workers:
-            self._workers = [asyncio.ensure_future(self._work()) for _ in range(self.groups_per_batch)]
+        policy = self.make_policy(sampling_client)
+        while self._next_launch < self.end_step and self.policy_step(self._next_launch) <= step:
+            self._launch(self._next_launch, policy, step)
+            self._next_launch += 1
+
+    def _launch(self, step: int, policy: TokenCompleter, sampler_step: int) -> None:
+        first = (step - self.start_step) * self.groups_per_batch
+        builders = self.builders[first:first + self.groups_per_batch]
+        self._tasks[step] = [
+            asyncio.ensure_future(roll_out(i, b, policy, sampler_step, self.tolerate_errors,
+                                           _group_seed(self.seed, step, i)))
+            for i, b in enumerate(builders)]
 
     def expected_groups(self, step: int) -> int:
         return self.groups_per_batch
 
-    async def _work(self) -> None:
-        try:
-            while True:
-                builder = await self._pending.get()
-                await self._room.acquire()
-                assert self._policy is not None
-                outcome = await roll_out(-1, builder, self._policy, self._step, self.tolerate_errors)
-                self._finished.put_nowait(outcome)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # handed to the training loop, which re-raises it
-            self._finished.put_nowait(exc)
-
     async def groups(self, step: int) -> AsyncIterator[GroupOutcome]:
-        taken = 0
-        while taken < self.groups_per_batch:
-            item = await self._finished.get()
-            if isinstance(item, BaseException):
-                raise item
-            self._room.release()
-            if step - item.sampler_step > self.max_steps_off_policy:
-                self._discarded += 1
-                self._pending.put_nowait(item.builder)
-                continue
-            taken += 1
-            yield item
+        assert step in self._tasks, f"the rollouts of step {step} were never started (set_policy first)"
+        tasks = self._tasks.pop(step)
+        try:
+            for finished in asyncio.as_completed(tasks):
+                yield await finished
+        finally:
+            for task in tasks:
+                task.cancel()
 
     def take_metrics(self) -> dict[str, float]:
-        metrics = {"async/stale_groups_discarded": float(self._discarded)}
-        self._discarded = 0
-        return metrics
+        return {}
 
     async def close(self) -> None:
-        for worker in self._workers:
-            worker.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
+        tasks = [task for step_tasks in self._tasks.values() for task in step_tasks]
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _group_seed(seed: int | None, step: int, index: int) -> int | None:
+    """The seed of group `index` of `step` (its samples derive theirs from it); None: unseeded."""
+    return None if seed is None else derive_seed(seed, step, index)

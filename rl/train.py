@@ -9,8 +9,12 @@ One loop, three ways of feeding it (options of the same loop, sharing every step
   weights, then trains on it in `num_substeps` optimizer steps of whole groups;
 - `stream_minibatch_config`: still on-policy, but each minibatch's `forward_backward` is sent as
   soon as its groups have finished sampling, overlapping sampling and training;
-- `async_config`: off-by-K; groups are sampled in the background with the newest weights while
-  the loop trains, and a group more than `max_steps_off_policy` steps stale is sampled again.
+- `async_config`: off-by-K; the groups of step `s` are sampled in the background with the weights
+  of step `s - max_steps_off_policy` (never older than the last checkpoint) while the loop trains.
+
+Every sample is seeded from (`seed`, step, group, sample), and which weights sample which groups
+depends on step numbers only, so a run is reproducible and a resumed run logs exactly the metrics
+(timings aside) that the uninterrupted run logged.
 
 Each iteration logs `env/all/...` trajectory metrics, `optim/kl_sample_train_v1|v2`,
 `optim/entropy`, `optim/lr`, `progress/done_frac` and `time/...`; writes a few transcripts to
@@ -32,18 +36,19 @@ import numpy as np
 from tinker import types
 
 from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators
-from recipes_lib.backends import make_service_client
 from recipes_lib.backends.protocols import Future, SamplingClient, ServiceClient, TrainingClient
-from recipes_lib.checkpoints import CheckpointRecord, create_or_resume_training_client, save_checkpoint
-from recipes_lib.cli import LogdirBehavior, start_run
+from recipes_lib.checkpoints import CheckpointRecord, save_checkpoint
+from recipes_lib.cli import LogdirBehavior, eval_due, open_run, start_run
 from recipes_lib.completers import TinkerTokenCompleter, TokenCompleter
 from recipes_lib.config import BackendConfig, backend_field, check_group_size, check_positive
 from recipes_lib.exceptions import ConfigurationError
-from recipes_lib.logging import MultiplexLogger, setup_logging
+from recipes_lib.hyperparams import adam_params
+from recipes_lib.logging import MultiplexLogger
 from rl.advantages import compute_advantages, is_constant_reward, kl_penalty
-from rl.data import TrainingBatch, assemble_training_data, loss_input, split_minibatches, with_advantages
+from rl.data import TrainingBatch, loss_input, split_minibatches, with_advantages
 from rl.evaluators import RLTestSetEvaluator
 from rl.metrics import compute_kl_sample_train, compute_trajectory_metrics
+from rl.processing import _remove_constant_reward_groups, _remove_mask, assemble_training_data  # noqa: F401 (spec)
 from rl.rollouts import RolloutError
 from rl.sources import GroupOutcome, GroupSource, OffPolicySource, OnPolicySource
 from rl.transcripts import console_summary, write_transcripts
@@ -52,8 +57,6 @@ from rl.types import RLDataset, RLDatasetBuilder, TrajectoryGroup
 logger = logging.getLogger(__name__)
 
 LossFn = Literal["importance_sampling", "ppo", "cispo", "dro"]
-ADAM_BETAS = (0.9, 0.95)
-ADAM_EPS = 1e-8
 
 
 @chz.chz
@@ -93,6 +96,9 @@ class Config:
     # The renderer the dataset's envs use; recorded with the run (None: the model's recommended one).
     renderer_name: str | None = None
     lora_rank: int = 32
+    # Seed of the LoRA initialisation and of every rollout sample (derived per step, group and
+    # sample), so reruns and resumed runs sample the same tokens; None: random, not reproducible.
+    seed: int | None = 0
     # Start from these weights (fresh optimizer) instead of a new adapter.
     load_checkpoint_path: str | None = None
     backend: BackendConfig = backend_field()
@@ -114,7 +120,8 @@ class Config:
     async_config: AsyncConfig | None = None
     stream_minibatch_config: StreamMinibatchConfig | None = None
 
-    # Evaluate every this many iterations (before training on it) and after the last; 0: never.
+    # Evaluate every this many iterations (before training on it; not before the last, which the
+    # evaluation after it covers) and after the last; 0: never.
     eval_every: int = 20
     # Temperature of the test-set evaluator; 0 is greedy.
     eval_temperature: float = 0.0
@@ -122,7 +129,8 @@ class Config:
     evaluator_builders: list[EvaluatorBuilder] = chz.field(default_factory=list)
     # Checkpoint (resumable state + sampler weights) every this many iterations; 0: only at the end.
     save_every: int = 20
-    # Groups per iteration written to rollouts/iteration_<n>.txt (and summarised on the console).
+    # Groups per iteration written to rollouts/iteration_<n>.txt (two summarised on the console at
+    # the first iteration and at each evaluation).
     num_groups_to_log: int = 4
     max_steps: int | None = None
     behavior_if_log_dir_exists: LogdirBehavior = "ask"
@@ -193,8 +201,6 @@ async def main_async(config: Config) -> None:
     """Run RL training to the end, inside an existing event loop."""
     run = await _start(config, start_run(config))
     if run is None:
-        print(f"{config.log_path} already holds a finished run; nothing to do. Raise max_steps to train further, "
-              "or pass a new log_path.")
         return
     try:
         await _loop(run)
@@ -207,19 +213,16 @@ async def _start(config: Config, resume: CheckpointRecord | None) -> _Run | None
     """Resume or create the training client, build the datasets, evaluators, source and loggers
     (None when the run in `log_path` is already finished)."""
     train_dataset, test_dataset = await config.dataset_builder()
-    start = resume.batch if resume is not None else 0
     total = _total_steps(config, train_dataset)
-    if start >= total:
+    started = open_run(config, resume, total)
+    if started is None:
         return None
-    service = make_service_client(config.backend)
-    client = create_or_resume_training_client(service, config.model_name, config.lora_rank, resume,
-                                              config.load_checkpoint_path)
+    service, client, start = started.service_client, started.training_client, started.start_step
     evaluators = [build() for build in config.evaluator_builders]
     if test_dataset is not None:
         evaluators.append(RLTestSetEvaluator(test_dataset, config.max_tokens, config.eval_temperature))
-    run = _Run(config, client, service, _make_source(config, train_dataset, start), evaluators,
-               setup_logging(config.log_path, config, total, start, config.wandb_project, config.wandb_name),
-               client.get_tokenizer(), start, total)
+    run = _Run(config, client, service, _make_source(config, train_dataset, start, total), evaluators,
+               started.metrics_logger, client.get_tokenizer(), start, total)
     if config.kl_penalty_coef > 0:
         run.base_sampler = service.create_sampling_client(base_model=config.model_name)
     return run
@@ -232,16 +235,17 @@ def _total_steps(config: Config, dataset: RLDataset) -> int:
     return min(steps, config.max_steps) if config.max_steps is not None else steps
 
 
-def _make_source(config: Config, dataset: RLDataset, start_step: int) -> GroupSource:
+def _make_source(config: Config, dataset: RLDataset, start_step: int, total_steps: int) -> GroupSource:
     def make_policy(sampling_client: SamplingClient) -> TokenCompleter:
         return TinkerTokenCompleter(sampling_client, max_tokens=config.max_tokens, temperature=config.temperature)
 
     if config.async_config is None:
-        return OnPolicySource(dataset, make_policy, config.rollout_error_tolerance)
+        return OnPolicySource(dataset, make_policy, config.rollout_error_tolerance, config.seed)
     per_step = config.async_config.groups_per_batch
-    builders = [b for index in range(len(dataset)) for b in dataset.get_batch(index)][start_step * per_step:]
-    return OffPolicySource(builders, make_policy, per_step, config.async_config.max_steps_off_policy,
-                           config.rollout_error_tolerance)
+    builders = [b for index in range(len(dataset)) for b in dataset.get_batch(index)]
+    return OffPolicySource(builders[start_step * per_step:total_steps * per_step], make_policy, per_step,
+                           config.async_config.max_steps_off_policy, config.rollout_error_tolerance, config.seed,
+                           start_step, config.save_every)
 
 
 async def _loop(run: _Run) -> None:
@@ -253,7 +257,7 @@ async def _loop(run: _Run) -> None:
         started = time.monotonic()
         metrics = {"progress/batch": float(step), "progress/done_frac": (step + 1) / run.total_steps,
                    "optim/lr": config.learning_rate}
-        if _due(config.eval_every, step) and run.evaluators:
+        if eval_due(config.eval_every, step, run.total_steps) and run.evaluators:
             metrics.update(await _evaluate(run, sampler))
         metrics.update(await _train_step(run, step))
         sampler = await run.training_client.save_weights_and_get_sampling_client_async()
@@ -321,7 +325,10 @@ async def _submit_after_sampling(run: _Run, stream: AsyncIterator[GroupOutcome])
 
 async def _submit_streaming(run: _Run, step: int, stream: AsyncIterator[GroupOutcome]) -> _StepWork:
     """Send each minibatch to training as soon as its groups finish; one optimizer step per
-    `num_minibatches` minibatches (and `num_substeps` optimizer steps per iteration)."""
+    `num_minibatches` minibatches (and `num_substeps` optimizer steps per iteration).
+
+    Minibatch k holds the k-th run of consecutive groups of the batch (by index), whatever order
+    they finish in, so the updates do not depend on timing and a resumed run repeats them."""
     config = run.config
     assert config.stream_minibatch_config is not None
     expected = run.source.expected_groups(step)
@@ -330,20 +337,21 @@ async def _submit_streaming(run: _Run, step: int, stream: AsyncIterator[GroupOut
                                  f"{config.stream_minibatch_config.groups_per_batch} but batch {step} has "
                                  f"{expected} groups; set it to the dataset's batch size.")
     per_optim = config.stream_minibatch_config.num_minibatches
-    sizes = [len(part) for part in split_minibatches(range(expected), config.num_substeps * per_optim)]
-    work, chunk, done, pending_gradients, started = _StepWork(), [], 0, False, time.monotonic()
+    parts = [list(part) for part in split_minibatches(range(expected), config.num_substeps * per_optim)]
+    finished: dict[int, GroupOutcome] = {}
+    work, done, pending_gradients, started = _StepWork(), 0, False, time.monotonic()
     async for outcome in stream:
         work.outcomes.append(outcome)
-        chunk.append(outcome)
-        if len(chunk) < sizes[done]:
-            continue
-        groups, chunk, done = _trainable_groups(config, chunk), [], done + 1
-        if groups:
-            work.minibatches.append(await _submit_minibatch(run, groups))
-            pending_gradients = True
-        if pending_gradients and (done % per_optim == 0 or done == len(sizes)):
-            work.optim_steps.append(_submit_optim_step(run))
-            pending_gradients = False
+        finished[outcome.index] = outcome
+        while done < len(parts) and all(index in finished for index in parts[done]):
+            groups, done = _trainable_groups(config, [finished[index] for index in parts[done]]), done + 1
+            if groups:
+                work.minibatches.append(await _submit_minibatch(run, groups))
+                pending_gradients = True
+            if pending_gradients and (done % per_optim == 0 or done == len(parts)):
+                work.optim_steps.append(_submit_optim_step(run))
+                pending_gradients = False
+    work.outcomes.sort(key=lambda o: o.index)
     work.sampling_seconds = time.monotonic() - started
     return work
 
@@ -364,7 +372,7 @@ def _trainable_groups(config: Config, outcomes: list[GroupOutcome]) -> list[Traj
 
 async def _submit_minibatch(run: _Run, groups_P: list[TrajectoryGroup]) -> _Minibatch:
     """Advantages -> datums (-> KL shaping) -> forward_backward, submitted without waiting."""
-    batch = assemble_training_data(groups_P, compute_advantages(groups_P))
+    batch: TrainingBatch = assemble_training_data(groups_P, compute_advantages(groups_P))
     kl_policy_base = None
     if run.base_sampler is not None:
         batch, kl_policy_base = await _shape_with_kl(run.base_sampler, batch, run.config.kl_penalty_coef)
@@ -373,9 +381,7 @@ async def _submit_minibatch(run: _Run, groups_P: list[TrajectoryGroup]) -> _Mini
 
 
 def _submit_optim_step(run: _Run) -> Future[types.OptimStepResponse]:
-    beta1, beta2 = ADAM_BETAS
-    params = types.AdamParams(learning_rate=run.config.learning_rate, beta1=beta1, beta2=beta2, eps=ADAM_EPS)
-    return run.training_client.optim_step(params)
+    return run.training_client.optim_step(adam_params(run.config.learning_rate))
 
 
 async def _shape_with_kl(base: SamplingClient, batch: TrainingBatch, coef: float) -> tuple[TrainingBatch, float]:
@@ -427,7 +433,8 @@ def _log_transcripts(run: _Run, step: int, outcomes: list[GroupOutcome]) -> None
     pairs = [(o.group, o.tags) for o in outcomes if o.group is not None]
     if pairs and run.config.num_groups_to_log > 0:
         write_transcripts(run.config.log_path, step, pairs, run.tokenizer)
-        print(console_summary(step, pairs[:2], run.tokenizer), flush=True)
+        if step == run.start_step or _due(run.config.eval_every, step):  # a log stays short; files hold every one
+            print(console_summary(step, pairs[:2], run.tokenizer), flush=True)
 
 
 def _training_metrics(minibatches: list[_Minibatch], outputs: list[types.ForwardBackwardOutput]) -> dict[str, float]:
@@ -445,3 +452,9 @@ def _training_metrics(minibatches: list[_Minibatch], outputs: list[types.Forward
         metrics["kl_policy_base"] = float(np.mean(kls))
     return metrics
 
+
+
+if __name__ == "__main__":
+    from recipes_lib.cli import run_recipe
+
+    run_recipe(main, chz.Blueprint(Config))

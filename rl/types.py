@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import chz
 import tinker
 
-from recipes_lib.completers import StopCondition, TokensWithLogprobs
+from recipes_lib.completers import StopCondition, TokenCompleter, TokensWithLogprobs
+from renderers.completers import MessageCompleter
 
 Action = list[int]
 Observation = tinker.types.ModelInput
@@ -30,12 +31,15 @@ __all__ = [
     "Action",
     "Env",
     "EnvGroupBuilder",
+    "MessageCompleter",
     "Metrics",
     "Observation",
     "RLDataset",
     "RLDatasetBuilder",
     "StepResult",
     "StopCondition",
+    "TokenCompleter",
+    "TokensWithLogprobs",
     "Trajectory",
     "TrajectoryGroup",
     "Transition",

@@ -5,7 +5,7 @@
 #
 # Runs `python -m recipes.sl_basic learning_rate=LR log_path=SWEEP_DIR/lr-LR key=value ...` for each LR
 # in $LRS, one after another (each run uses every core), then
-# `python -m recipes_lib.sweep SWEEP_DIR`, which prints a table of learning rate, final train loss,
+# `python -m recipes_lib.sweep sweep_dir=SWEEP_DIR`, which prints a table of learning rate, final train loss,
 # final test loss and held-out accuracy, marks the best run, and writes SWEEP_DIR/lr_sweep.png.
 # A run that already exists is resumed (or skipped when finished), so an interrupted sweep can be
 # started again with the same command.
@@ -29,4 +29,4 @@ for lr in $LRS; do
     "$PYTHON" -m recipes.sl_basic learning_rate="$lr" log_path="$SWEEP_DIR/lr-$lr" \
         behavior_if_log_dir_exists=resume "$@"
 done
-"$PYTHON" -m recipes_lib.sweep "$SWEEP_DIR"
+"$PYTHON" -m recipes_lib.sweep sweep_dir="$SWEEP_DIR"

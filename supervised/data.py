@@ -19,11 +19,12 @@ import numpy as np
 from tinker import types
 
 from recipes_lib.exceptions import DataFormatError
-from renderers import Message, Renderer, TrainOnWhat
+from renderers import Message, Renderer, TrainOnWhat, parse_messages
+from renderers.messages import ROLES
 
 logger = logging.getLogger(__name__)
 
-KNOWN_ROLES = ("system", "user", "assistant", "tool")
+KNOWN_ROLES = ROLES
 
 
 def datum_from_tokens_weights(
@@ -86,12 +87,15 @@ def conversation_to_datum(
 def parse_conversation(row: Any, where: str, message_field: str = "messages") -> list[Message]:
     """Check one record `{"messages": [{"role": ..., "content": ...}, ...]}` and return its messages.
 
+    Every message passes `renderers.messages.MessageSchema` and keeps every field it has
+    (`tool_calls`, `tool_call_id`, `name`, `thinking`, `trainable`; list-of-parts content is joined).
+
     Args:
         where: where the record came from, for errors (e.g. "data.jsonl line 3").
 
     Raises:
-        DataFormatError: naming `where` for a missing or empty messages list, a message that is not
-            an object with string role and content, or a role outside KNOWN_ROLES.
+        DataFormatError: naming `where`, the message and the field for a missing or empty messages
+            list, an unknown role or field, or a field of the wrong type.
     """
     if not isinstance(row, Mapping) or message_field not in row:
         got = f"keys {sorted(row)}" if isinstance(row, Mapping) else f"a JSON {_json_kind(row)}"
@@ -99,18 +103,7 @@ def parse_conversation(row: Any, where: str, message_field: str = "messages") ->
     messages = row[message_field]
     if not isinstance(messages, list) or not messages:
         raise DataFormatError(f"{where}: {message_field!r} must be a non-empty list of messages.")
-    return [_parse_message(message, f"{where}, message {i}") for i, message in enumerate(messages)]
-
-
-def _parse_message(message: Any, where: str) -> Message:
-    if not isinstance(message, Mapping):
-        raise DataFormatError(f"{where}: expected an object with 'role' and 'content'; got {message!r}.")
-    role, content = message.get("role"), message.get("content")
-    if role not in KNOWN_ROLES:
-        raise DataFormatError(f"{where}: unknown role {role!r}; expected one of {list(KNOWN_ROLES)}.")
-    if not isinstance(content, str):
-        raise DataFormatError(f"{where}: 'content' must be a string; got {type(content).__name__}.")
-    return Message(role=role, content=content)
+    return parse_messages(messages, where)
 
 
 def compute_mean_nll(logprobs_D: Sequence[np.ndarray], weights_D: Sequence[np.ndarray]) -> float:
@@ -135,3 +128,13 @@ def datum_weights(datum: types.Datum) -> np.ndarray:
 def _json_kind(value: Any) -> str:
     kinds = {list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
     return kinds.get(type(value), type(value).__name__)
+
+
+def __getattr__(name: str) -> Any:
+    """`from supervised.data import FromConversationFileBuilder`, as the reference cookbook writes it:
+    the class lives in `supervised.datasets`, which imports this module, so it is looked up on use."""
+    if name == "FromConversationFileBuilder":
+        from supervised.datasets import FromConversationFileBuilder
+
+        return FromConversationFileBuilder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

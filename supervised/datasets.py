@@ -1,8 +1,10 @@
 """Chat dataset builders: a conversations JSONL file, and a Hugging Face dataset.
 
-Both read records `{"messages": [{"role": ..., "content": ...}, ...]}`, check them, render every
-conversation up front (so a bad record stops the run before training starts, with its file and
-line), and split off an optional test set.
+Both read records `{"messages": [{"role": ..., "content": ...}, ...]}`, check every message against
+the one message schema (`renderers.messages`: tool calls, thinking, per-message `trainable` for
+`train_on_what=customized`, ... are kept), render every conversation up front (so a bad record
+stops the run before training starts, with its file, line and field), and split off an optional
+test set.
 
     dataset_builder=FromConversationFileBuilder dataset_builder.file_path=example_data/conversations.jsonl
     dataset_builder=HuggingFaceChatBuilder dataset_builder.path=HuggingFaceH4/no_robots

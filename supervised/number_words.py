@@ -1,105 +1,36 @@
-"""A synthetic chat skill a 135M model learns in minutes on a CPU: writing numbers in words.
+"""Training data for the number-to-words task (`eval.number_words`): conversations rendered to datums.
 
-    system:    Answer in words.
-    user:      Write 4072 in words.
-    assistant: four thousand seventy-two
-
-The short system prompt replaces the 15-token one SmolLM2's template adds when there is none:
-examples are a third shorter, so a step takes 2.1 s instead of 2.9 s at the same accuracy
-(measured: 160 steps, 98 % vs 96 % held-out exact match). `system_prompt=None` restores the default.
-
-American style: no "and", tens hyphenated ("seventy-two"), numbers 1 to 9999. Training and
-held-out numbers are disjoint. Training numbers are drawn with the four magnitudes (1-9, 10-99,
-100-999, 1000-9999) equally likely. Held-out numbers are drawn equally from 20-99, 100-999 and
-1000-9999: the numbers 1-19 all stay in training, because each is a word of its own ("three",
-"eleven") that no other number's answer spells out alone, so a model cannot infer it; held out,
-they measure memory, not the rule. (reference/learning-feasibility.md lost 6 of 7 held-out
-one-digit numbers this way; a first run of this recipe lost 11 and 13, answering "teneen".)
+The task itself (numbers, split, prompts, references, the exact-match evaluator) lives in
+`eval.number_words`, below the training pipelines, so that the Inspect task and the inline evaluator
+read it without importing a pipeline; its names are re-exported here for the recipes.
 """
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-
 import chz
-import numpy as np
 
-from eval.sampling import ExactMatchEvaluator, ReferenceExample
+from eval.number_words import (
+    HELDOUT_MAGNITUDES,
+    SYSTEM_PROMPT,
+    NumberWordsExactMatchBuilder,
+    conversation,
+    heldout_examples,
+    number_to_words,
+    prompt_messages,
+    split_numbers,
+)
 from recipes_lib.exceptions import ConfigurationError
-from recipes_lib.model_info import get_recommended_renderer_name
-from recipes_lib.tokenizers import get_tokenizer
-from renderers import Message, get_renderer
 from supervised.data import conversation_to_datum
 from supervised.types import ChatDatasetBuilder, DatumListDataset
 
-ONES = ("", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-        "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")
-TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
-TRAIN_MAGNITUDES = ((1, 9), (10, 99), (100, 999), (1000, 9999))
-HELDOUT_MAGNITUDES = ((20, 99), (100, 999), (1000, 9999))
-SYSTEM_PROMPT = "Answer in words."
-
-
-def number_to_words(n: int) -> str:
-    """`n` in American English words: 4072 -> "four thousand seventy-two" (1 <= n <= 9999)."""
-    if not 1 <= n <= 9999:
-        raise ValueError(f"number_to_words covers 1..9999, got {n}")
-    thousands, rest = divmod(n, 1000)
-    hundreds, below_hundred = divmod(rest, 100)
-    words = []
-    if thousands:
-        words.append(f"{ONES[thousands]} thousand")
-    if hundreds:
-        words.append(f"{ONES[hundreds]} hundred")
-    if below_hundred:
-        words.append(_below_hundred(below_hundred))
-    return " ".join(words)
-
-
-def _below_hundred(n: int) -> str:
-    if n < 20:
-        return ONES[n]
-    tens, ones = divmod(n, 10)
-    return TENS[tens] + (f"-{ONES[ones]}" if ones else "")
-
-
-def prompt_messages(n: int, system_prompt: str | None = None) -> list[Message]:
-    """The conversation that asks for `n` in words (with an optional system message first)."""
-    system = [Message(role="system", content=system_prompt)] if system_prompt else []
-    return system + [Message(role="user", content=f"Write {n} in words.")]
-
-
-def conversation(n: int, system_prompt: str | None = None) -> list[Message]:
-    """The prompt for `n` and its reference answer."""
-    return prompt_messages(n, system_prompt) + [Message(role="assistant", content=number_to_words(n))]
-
-
-@dataclass(frozen=True)
-class NumberSplit:
-    """Disjoint training and held-out numbers."""
-
-    train_N: list[int]
-    heldout_H: list[int]
-
-
-def split_numbers(num_train: int, num_heldout: int, seed: int = 0) -> NumberSplit:
-    """Draw `num_heldout` distinct held-out numbers, then `num_train` training numbers (repeats
-    allowed) that avoid them, each magnitude equally likely (see the module docstring).
-
-    The held-out numbers are drawn first, so they depend only on `num_heldout` and `seed`.
-    """
-    rng = np.random.default_rng(seed)
-    per_magnitude = np.array_split(np.arange(num_heldout), len(HELDOUT_MAGNITUDES))
-    heldout: list[int] = []
-    for (low, high), share in zip(HELDOUT_MAGNITUDES, per_magnitude):
-        heldout += rng.choice(np.arange(low, high + 1), size=len(share), replace=False).tolist()
-    excluded = set(heldout)
-    train: list[int] = []
-    while len(train) < num_train:
-        low, high = TRAIN_MAGNITUDES[rng.integers(len(TRAIN_MAGNITUDES))]
-        n = int(rng.integers(low, high + 1))
-        if n not in excluded:
-            train.append(n)
-    return NumberSplit(train_N=train, heldout_H=sorted(heldout))
+__all__ = [
+    "SYSTEM_PROMPT",
+    "NumberWordsBuilder",
+    "NumberWordsExactMatchBuilder",
+    "conversation",
+    "heldout_examples",
+    "number_to_words",
+    "prompt_messages",
+    "split_numbers",
+]
 
 
 @chz.chz
@@ -129,31 +60,3 @@ class NumberWordsBuilder(ChatDatasetBuilder):
                                       common.resolved_train_on_what) for n in split.heldout_H]
         test_set = DatumListDataset(test, batch_size=max(1, len(test))) if test else None
         return DatumListDataset(train, common.batch_size, shuffle_seed=self.seed), test_set
-
-
-@chz.chz
-class NumberWordsExactMatchBuilder:
-    """Builds an evaluator of greedy exact match on the held-out numbers (`test/exact_match`).
-
-    Use the same `num_heldout`, `seed` and `system_prompt` as the dataset builder so the evaluator
-    reads the numbers the builder held out (they depend on nothing else).
-    """
-
-    model_name: str
-    renderer_name: str | None = None
-    num_heldout: int = 48
-    seed: int = 0
-    system_prompt: str | None = SYSTEM_PROMPT
-    # The longest answer ("one thousand one hundred twenty-one") is 8 tokens with <|im_end|>.
-    max_tokens: int = 16
-
-    def __call__(self) -> ExactMatchEvaluator:
-        renderer = get_renderer(self.renderer_name or get_recommended_renderer_name(self.model_name),
-                                get_tokenizer(self.model_name))
-        numbers = split_numbers(0, self.num_heldout, self.seed).heldout_H
-        return ExactMatchEvaluator(heldout_examples(numbers, self.system_prompt), renderer, self.max_tokens)
-
-
-def heldout_examples(numbers: Sequence[int], system_prompt: str | None = None) -> list[ReferenceExample]:
-    """Prompts and reference answers for `numbers`."""
-    return [ReferenceExample(prompt_messages(n, system_prompt), number_to_words(n)) for n in numbers]

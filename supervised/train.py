@@ -32,20 +32,15 @@ from tinker import types
 
 from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators
 from eval.nll import NLLEvaluator
-from recipes_lib.backends import make_service_client
 from recipes_lib.backends.protocols import Future, TrainingClient
-from recipes_lib.checkpoints import (
-    CheckpointRecord,
-    create_or_resume_training_client,
-    save_checkpoint,
-)
-from recipes_lib.cli import LogdirBehavior, start_run
+from recipes_lib.checkpoints import CheckpointRecord, save_checkpoint
+from recipes_lib.cli import LogdirBehavior, eval_due, open_run, resume_step, start_run
 from recipes_lib.config import BackendConfig, backend_field, check_positive
 from recipes_lib.display import print_colorized
 from recipes_lib.exceptions import ConfigurationError
-from recipes_lib.hyperparams import get_lr
-from recipes_lib.logging import MultiplexLogger, setup_logging
-from recipes_lib.model_info import get_recommended_renderer_name
+from recipes_lib.hyperparams import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, adam_params, get_lr
+from recipes_lib.logging import MultiplexLogger
+from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.schedules import LRSchedule, lr_multiplier
 from recipes_lib.tokenizers import get_tokenizer
 from supervised.data import compute_mean_nll, datum_weights
@@ -63,7 +58,7 @@ def _default_lr(config: "Config", value: float | None) -> float:
 
 
 def _default_renderer(config: "Config", value: str | None) -> str:
-    return value or get_recommended_renderer_name(config.model_name)
+    return resolve_renderer_name(config.model_name, value)
 
 
 @chz.chz
@@ -97,9 +92,9 @@ class Config:
     lora_rank: int = 32
     # Seed of the LoRA initialisation, so reruns and resumed runs are comparable; None: random.
     seed: int | None = 0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.95
-    adam_eps: float = 1e-8
+    adam_beta1: float = ADAM_BETA1
+    adam_beta2: float = ADAM_BETA2
+    adam_eps: float = ADAM_EPS
     # Steps submitted ahead of the one being read (request pipelining); 0 waits on every step.
     submit_ahead: int = 1
 
@@ -148,11 +143,11 @@ class StepPlan:
 
     def start_step(self, resume: CheckpointRecord | None) -> int:
         """The step a run continues at: the checkpoint's next batch, or 0."""
-        return 0 if resume is None else resume.epoch * self.batches_per_epoch + resume.batch
+        return resume_step(resume, self.batches_per_epoch)
 
     def is_due(self, every: int, step: int) -> bool:
         """Whether a pre-step evaluation runs at `step` (the last step is covered by the final one)."""
-        return every > 0 and step % every == 0 and (step < self.total_steps - 1 or step == 0)
+        return eval_due(every, step, self.total_steps)
 
     def saves_after(self, save_every: int, step: int) -> bool:
         """Whether a periodic checkpoint follows `step` (the final one is saved separately)."""
@@ -190,23 +185,15 @@ def main(config: Config) -> None:
     resume = start_run(config)
     train_set, test_set = config.dataset_builder()
     plan = StepPlan.of(len(train_set), config.num_epochs, config.max_steps)
-    start_step = plan.start_step(resume)
-    if start_step >= plan.total_steps:
-        print(f"{config.log_path} already holds a finished run ({plan.total_steps} steps); nothing to do. Raise "
-              "max_steps or num_epochs to train further, or pass a new log_path.")
+    started = open_run(config, resume, plan.total_steps, plan.batches_per_epoch)
+    if started is None:
         return
-    training_client = create_or_resume_training_client(
-        make_service_client(config.backend), config.model_name, config.lora_rank, resume,
-        config.load_checkpoint_path, seed=config.seed)
-    if resume is not None:
-        logger.info("Resuming %s from checkpoint %r at step %d", config.log_path, resume.name, start_step)
-    run = Run(config, training_client, train_set, plan,
+    run = Run(config, started.training_client, train_set, plan,
               evaluators=_build_evaluators(config.evaluator_builders, test_set),
               infrequent_evaluators=[build() for build in config.infrequent_evaluator_builders],
-              metrics_logger=setup_logging(config.log_path, config, plan.total_steps, start_step,
-                                           config.wandb_project, config.wandb_name))
+              metrics_logger=started.metrics_logger)
     try:
-        asyncio.run(_train(run, start_step))
+        asyncio.run(_train(run, started.start_step))
     finally:
         run.metrics_logger.close()
 
@@ -269,8 +256,7 @@ def _submit(run: Run, step: int, batch: list[types.Datum], eval_metrics: dict[st
     """Queue forward_backward and optim_step for `step`; returns at once."""
     config = run.config
     learning_rate = config.learning_rate * lr_multiplier(config.lr_schedule, step, run.plan.total_steps)
-    adam = types.AdamParams(learning_rate=learning_rate, beta1=config.adam_beta1, beta2=config.adam_beta2,
-                            eps=config.adam_eps)
+    adam = adam_params(learning_rate, config.adam_beta1, config.adam_beta2, config.adam_eps)
     forward_backward = run.training_client.forward_backward(batch, "cross_entropy")
     optim_step = run.training_client.optim_step(adam)
     metrics = {

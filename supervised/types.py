@@ -21,7 +21,7 @@ import numpy as np
 from tinker import types
 
 from recipes_lib.exceptions import ConfigurationError
-from recipes_lib.model_info import get_recommended_renderer_name
+from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.tokenizers import Tokenizer, get_tokenizer
 from renderers import Renderer, TrainOnWhat, get_renderer
 
@@ -110,7 +110,7 @@ class ChatDatasetBuilderCommonConfig:
 
     @property
     def resolved_renderer_name(self) -> str:
-        return self.renderer_name or get_recommended_renderer_name(self.model_name_for_tokenizer)
+        return resolve_renderer_name(self.model_name_for_tokenizer, self.renderer_name)
 
 
 @chz.chz

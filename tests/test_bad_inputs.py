@@ -29,9 +29,9 @@ from recipes_lib.logging import dump_config
 
 TINY = "recipes/tiny-llama"
 SL = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=2", "eval_every=0",
-      "dataset_builder.common_config.batch_size=2", "dataset_builder.test_size=2"]
+      "dataset.common_config.batch_size=2", "dataset.test_size=2"]
 RL = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=1", "max_tokens=4",
-      "dataset_builder.batch_size=2", "dataset_builder.test_size=0"]
+      "env.batch_size=2", "env.test_size=0"]
 DPO = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=1"]
 
 GOOD_CONVERSATION = {"messages": [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "Hi!"}]}
@@ -87,8 +87,8 @@ class Fixture:
 def _existing_sl_run(lora_rank: int = 32, model_name: str = TINY) -> Callable[[Fixture], None]:
     """An earlier sl run in {run}: config.json as the recipe writes it, with one setting changed."""
     def setup(fx: Fixture) -> None:
-        dataset, argv = sl_basic.pop_dataset([*SL, f"dataset={fx.paths['good']}", f"log_path={fx.root / 'run'}"])
-        config = dump_config(config_from_argv(sl_basic.build_config(dataset), argv))
+        argv = [*SL, f"dataset={fx.paths['good']}", f"log_path={fx.root / 'run'}"]
+        config = dump_config(config_from_argv(sl_basic.build_config(), argv))
         config.update(lora_rank=lora_rank, model_name=model_name)
         fx.run_folder("run", **config)
         (fx.root / "run" / "checkpoints.jsonl").write_text(json.dumps({"name": "000001", "batch": 1}) + "\n")
@@ -159,19 +159,20 @@ CASES = [
     Case("J10-unknown-role", "sl", ["dataset={unkrole}"], r"line 1, message 0: unknown role 'wizard'"),
     Case("J12-content-not-a-string", "sl", ["dataset={contentint}"], r"'content' must be a string; got int"),
     Case("J15-no-assistant-turn", "sl", ["dataset={noassistant}"], r"line 1: .*no trained token"),
-    Case("J16-line-longer-than-max-length", "sl", ["dataset={huge}", "dataset_builder.common_config.max_length=8"],
+    Case("J16-line-longer-than-max-length", "sl", ["dataset={huge}", "dataset.common_config.max_length=8"],
          r"huge\.jsonl line 1: .*max_length=8"),
     Case("J17-not-utf8", "sl", ["dataset={nonutf8}"], r"nonutf8\.jsonl line 2: not UTF-8 \(byte 0xe9"),
     Case("J19-missing-file", "sl", ["dataset={root}/nope.jsonl"], r"nope\.jsonl does not exist"),
     # --- configs -----------------------------------------------------------------------------------
     Case("C1-unknown-top-level-key", "sl", ["foo=1"], r"Extraneous argument 'foo'"),
-    Case("C2-unknown-nested-key", "sl", ["dataset_builder.common_config.bach_size=2"],
-         r"Did you mean:? '?dataset_builder\.common_config\.batch_size"),
+    Case("C1b-argument-without-equals", "sl", ["--server"], r"key=value; got '--server'"),
+    Case("C2-unknown-nested-key", "sl", ["dataset.common_config.bach_size=2"],
+         r"Did you mean:? '?dataset\.common_config\.batch_size"),
     Case("C2b-unknown-key-in-backend", "sl", ["backend.precison=float32"], r"Extraneous argument 'backend\.precison'"),
     Case("C3-int-given-a-word", "sl", ["max_steps=two"], r"'two' provided for param 'max_steps'"),
     Case("C4-float-given-a-word", "sl", ["learning_rate=fast"], r"'fast' provided for param 'learning_rate'"),
-    Case("C5-batch-size-zero", "sl", ["dataset_builder.common_config.batch_size=0"], r"batch_size must be >= 1, got 0"),
-    Case("C6-batch-size-negative", "sl", ["dataset_builder.common_config.batch_size=-3"], r"batch_size must be >= 1, got -3"),
+    Case("C5-batch-size-zero", "sl", ["dataset.common_config.batch_size=0"], r"batch_size must be >= 1, got 0"),
+    Case("C6-batch-size-negative", "sl", ["dataset.common_config.batch_size=-3"], r"batch_size must be >= 1, got -3"),
     Case("C7-learning-rate-nan", "sl", ["learning_rate=nan"], r"learning_rate must be a finite number > 0, got nan"),
     Case("C7b-learning-rate-inf", "sl", ["learning_rate=inf"], r"learning_rate must be a finite number > 0, got inf"),
     Case("C8-learning-rate-negative", "sl", ["learning_rate=-1"], r"learning_rate must be a finite number > 0, got -1"),
@@ -182,7 +183,7 @@ CASES = [
     Case("C17-renderer-for-another-model", "sl", ["renderer_name=qwen3"], r"The 'qwen3' renderer needs"),
     Case("C19-bad-literal", "sl", ["backend.precision=fp16"], r"Literal\[.*\] instance from 'fp16'"),
     Case("C22-eval-every-negative", "sl", ["eval_every=-5"], r"eval_every must be >= 0, got -5"),
-    Case("C25-rl-group-size-one", "rl", ["dataset_builder.group_size=1"], r"group_size must be >= 2, got 1"),
+    Case("C25-rl-group-size-one", "rl", ["env.group_size=1"], r"group_size must be >= 2, got 1"),
     Case("C26-rl-max-tokens-zero", "rl", ["max_tokens=0"], r"max_tokens must be a finite number > 0, got 0"),
     Case("C26b-rl-learning-rate-nan", "rl", ["learning_rate=nan"], r"learning_rate must be a finite number > 0"),
     Case("C27-rl-conflicting-modes", "rl", ["async_config.max_steps_off_policy=1", "async_config.groups_per_batch=2",
@@ -241,8 +242,7 @@ CASES = [
 def _invoke(recipe: str, args: list[str], fx: Fixture) -> None:
     log = [f"log_path={fx.root / 'fresh'}"] if not any(a.startswith("log_path=") for a in args) else []
     if recipe == "sl":
-        dataset, argv = sl_basic.pop_dataset([*SL, f"dataset={fx.paths['good']}", *log, *args])
-        run_recipe(sl_basic.main, sl_basic.build_config(dataset), argv)
+        run_recipe(sl_basic.main, sl_basic.build_config(), [*SL, f"dataset={fx.paths['good']}", *log, *args])
     elif recipe == "rl":
         run_recipe(rl_basic.main, rl_basic.build_config(), [*RL, *log, *args])
     elif recipe == "dpo":

@@ -39,7 +39,7 @@ from recipes_lib.backends import make_service_client
 from recipes_lib.cli import check_writable, run_recipe
 from recipes_lib.config import BackendConfig, backend_field
 from recipes_lib.exceptions import ConfigurationError
-from recipes_lib.model_info import get_recommended_renderer_name
+from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.paths import SMOLLM2_NAME
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import get_renderer
@@ -107,7 +107,7 @@ def main(config: Config) -> dict[str, float]:
     """Label every sentence with the teacher, write both files, return the teacher's accuracy."""
     config.check_outputs()
     train, heldout = split_heldout(load_sentences(config.sentences_file), config.heldout_every)
-    renderer = get_renderer(config.renderer_name or get_recommended_renderer_name(config.model_name),
+    renderer = get_renderer(resolve_renderer_name(config.model_name, config.renderer_name),
                             get_tokenizer(config.model_name))
     teacher = make_service_client(config.backend).create_sampling_client(base_model=config.model_name)
     answers = asyncio.run(classify(

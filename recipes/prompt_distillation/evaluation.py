@@ -23,7 +23,7 @@ from recipes.prompt_distillation.task import heldout_path, parse_label, student_
 from recipes_lib.backends.protocols import SamplingClient
 from recipes_lib.exceptions import DataFormatError
 from recipes_lib.jsonl import read_jsonl
-from recipes_lib.model_info import get_recommended_renderer_name
+from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import Message, Renderer, get_renderer
 
@@ -103,6 +103,6 @@ class LanguageIdEvaluatorBuilder:
     max_tokens: int = 4
 
     def __call__(self) -> LanguageIdEvaluator:
-        renderer_name = self.renderer_name or get_recommended_renderer_name(self.model_name)
+        renderer_name = resolve_renderer_name(self.model_name, self.renderer_name)
         renderer = get_renderer(renderer_name, get_tokenizer(self.model_name))
         return LanguageIdEvaluator(read_heldout(heldout_path(self.data_file)), renderer, max_tokens=self.max_tokens)

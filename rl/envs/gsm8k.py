@@ -21,8 +21,9 @@ import chz
 
 from recipes_lib.config import check_group_size
 from recipes_lib.exceptions import DataFormatError
-from renderers import Renderer
+from renderers import Message, Renderer
 from rl.dataset import ListRLDataset, renderer_for
+from rl.math_env import ConvoPrefix, convo_prefix_messages
 from rl.problem_env import ProblemEnv, ProblemGroupBuilder
 from rl.types import RLDataset, RLDatasetBuilder
 
@@ -54,8 +55,9 @@ def final_answer(reply: str) -> float | None:
 class Gsm8kEnv(ProblemEnv):
     """One GSM8K problem."""
 
-    def __init__(self, renderer: Renderer, question: str, answer: str, format_coef: float = 0.1):
-        super().__init__(renderer, format_coef=format_coef)
+    def __init__(self, renderer: Renderer, question: str, answer: str, format_coef: float = 0.1,
+                 convo_prefix: Sequence[Message] | None = None):
+        super().__init__(renderer, convo_prefix=convo_prefix, format_coef=format_coef)
         self.question, self.answer = question, answer
 
     def get_question(self) -> str:
@@ -89,12 +91,12 @@ def load_rows(split: str, path: str, name: str | None, data_file: str | None) ->
 
 
 def problem_groups(renderer: Renderer, rows: Sequence[dict[str, Any]], group_size: int,
-                   format_coef: float) -> list[ProblemGroupBuilder]:
+                   format_coef: float, convo_prefix: Sequence[Message] = ()) -> list[ProblemGroupBuilder]:
     """One group of `group_size` envs per row, tagged "gsm8k"."""
     return [
         ProblemGroupBuilder(
             env_thunk=functools.partial(Gsm8kEnv, renderer, row["question"], reference_answer(row["answer"]),
-                                        format_coef),
+                                        format_coef, convo_prefix),
             num_envs=group_size,
             dataset_name="gsm8k",
         )
@@ -113,6 +115,8 @@ class Gsm8kDatasetBuilder(RLDatasetBuilder):
     # Test problems to evaluate on (the split has 1,319; None: all).
     max_test_problems: int | None = 100
     format_coef: float = 0.1
+    # "standard": a worked one-shot example before each problem (rl.math_env's), showing the \boxed{} format.
+    convo_prefix: ConvoPrefix | None = None
     seed: int = 0
     hf_path: str = "openai/gsm8k"
     hf_name: str | None = "main"
@@ -123,12 +127,15 @@ class Gsm8kDatasetBuilder(RLDatasetBuilder):
     @chz.validate
     def _check_group_size(self) -> None:
         check_group_size(self.group_size)
+        convo_prefix_messages(self.convo_prefix)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         renderer = renderer_for(self.model_name_for_tokenizer, self.renderer_name)
+        prefix = convo_prefix_messages(self.convo_prefix)
         train_rows = load_rows("train", self.hf_path, self.hf_name, self.train_file)
         random.Random(self.seed).shuffle(train_rows)
         test_rows = load_rows("test", self.hf_path, self.hf_name, self.test_file)[: self.max_test_problems]
-        train = ListRLDataset(problem_groups(renderer, train_rows, self.group_size, self.format_coef), self.batch_size)
-        test = problem_groups(renderer, test_rows, 1, self.format_coef)
+        train = ListRLDataset(problem_groups(renderer, train_rows, self.group_size, self.format_coef, prefix),
+                              self.batch_size)
+        test = problem_groups(renderer, test_rows, 1, self.format_coef, prefix)
         return train, (ListRLDataset(test, batch_size=len(test)) if test else None)

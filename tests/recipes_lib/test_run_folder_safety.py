@@ -23,7 +23,7 @@ from recipes_lib.logging import read_metrics, truncate_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SL = ["model_name=recipes/tiny-llama", "backend.precision=float32", "eval_every=0",
-           "dataset_builder.num_train=8", "dataset_builder.num_heldout=2", "dataset_builder.common_config.batch_size=2"]
+           "dataset.num_train=8", "dataset.num_heldout=2", "dataset.common_config.batch_size=2"]
 
 
 # --- deleting an earlier run ------------------------------------------------------------------------
@@ -202,7 +202,7 @@ def test_user_errors_turn_ctrl_c_into_a_resume_hint(tmp_path: Path, capsys: pyte
 
 def test_ctrl_c_in_a_real_run_exits_130_and_keeps_what_was_written(tmp_path: Path) -> None:
     log_path = tmp_path / "run"
-    argv = [*TINY_SL, "dataset_builder.num_train=3000", "save_every=5", f"log_path={log_path}"]
+    argv = [*TINY_SL, "dataset.num_train=3000", "save_every=5", f"log_path={log_path}"]
     process = subprocess.Popen([sys.executable, "-m", "recipes.sl_basic", *argv], cwd=tmp_path, env=_env(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -250,7 +250,7 @@ def test_sweep_lists_unreadable_runs_and_shows_divergence(tmp_path: Path, capsys
     assert runs["nan"].diverged and math.isnan(runs["nan"].final_train_loss)  # type: ignore[arg-type]
     assert runs["corrupt"].problem is not None and "line 2: not valid JSON" in runs["corrupt"].problem
     assert sweep.best_run(list(runs.values())).name == "ok"  # type: ignore[union-attr]
-    assert sweep.main([str(tmp_path)]) == 0
+    assert sweep.main([f"sweep_dir={tmp_path}"]) == 0
     out = capsys.readouterr().out
     assert "diverged" in out and "corrupt could not be read" in out
 

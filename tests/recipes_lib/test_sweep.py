@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from recipes_lib import sweep
+from recipes_lib.exceptions import ConfigurationError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,7 +60,7 @@ def test_without_test_loss_the_train_loss_decides(tmp_path: Path) -> None:
 
 
 def test_command_prints_the_table_and_writes_the_png(sweep_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert sweep.main([str(sweep_dir)]) == 0
+    assert sweep.main([f"sweep_dir={sweep_dir}"]) == 0
     out = capsys.readouterr().out
     assert "best learning rate: 0.0001 (lr-0.0001)" in out and "90.0%" in out
     star_line = next(line for line in out.splitlines() if "*" in line and "lr-" in line)
@@ -68,8 +69,14 @@ def test_command_prints_the_table_and_writes_the_png(sweep_dir: Path, capsys: py
 
 
 def test_empty_folder_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit):
-        sweep.main([str(tmp_path)])
+    with pytest.raises(ConfigurationError, match="no runs"):
+        sweep.main([f"sweep_dir={tmp_path}"])
+
+
+def test_a_missing_folder_exits_with_the_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        sweep.main([f"sweep_dir={tmp_path / 'nowhere'}"])
+    assert info.value.code == 2 and "nowhere is not a folder" in capsys.readouterr().err
 
 
 def test_launcher_runs_sl_basic_once_per_learning_rate(tmp_path: Path) -> None:
@@ -84,5 +91,5 @@ def test_launcher_runs_sl_basic_once_per_learning_rate(tmp_path: Path) -> None:
     assert calls.read_text().splitlines() == [
         f"-m recipes.sl_basic learning_rate=1e-4 log_path={tmp_path}/sw/lr-1e-4 behavior_if_log_dir_exists=resume max_steps=5",
         f"-m recipes.sl_basic learning_rate=3e-3 log_path={tmp_path}/sw/lr-3e-3 behavior_if_log_dir_exists=resume max_steps=5",
-        f"-m recipes_lib.sweep {tmp_path}/sw",
+        f"-m recipes_lib.sweep sweep_dir={tmp_path}/sw",
     ]

@@ -1,8 +1,11 @@
 """Reference chat templates for the conformance tests, rendered by transformers.
 
-The templates folder is `$RECIPES_CHAT_TEMPLATES`, else `<repo>/../shared/spec/chat_templates`, else
-`/work/shared/spec/chat_templates`; tests that need it skip, saying so, when none exists.
-SmolLM2's reference template travels inside its tokenizer (from the GGUF), so it is always there.
+Other projects' chat templates are their code, so the repository does not contain them: the folder is
+`$RECIPES_CHAT_TEMPLATES`, else `<repo>/../shared/spec/chat_templates`. Where neither has a template,
+the tests that need it skip, saying so (the one skip a bare clone shows), unless
+`RECIPES_REQUIRE_CHAT_TEMPLATES=1` (as `.ci/run` sets): then they fail, so CI cannot pass without
+comparing against the templates. SmolLM2's reference template travels inside its tokenizer (from the
+GGUF), so it is always there.
 """
 
 import os
@@ -25,14 +28,23 @@ def chat_templates_dir() -> Path | None:
     return next((path for path in candidates if path.is_dir()), None)
 
 
+def templates_required() -> bool:
+    """Whether a missing template fails the test instead of skipping it (`RECIPES_REQUIRE_CHAT_TEMPLATES`)."""
+    return os.environ.get("RECIPES_REQUIRE_CHAT_TEMPLATES", "").strip().lower() in ("1", "true", "yes")
+
+
 def read_template(name: str) -> str:
-    """The text of `<templates>/<name>`, skipping the test when the folder or file is missing."""
+    """The text of `<templates>/<name>`; skips the test when it is missing, or fails it when required."""
     folder = chat_templates_dir()
-    if folder is None or not (folder / name).exists():
-        pytest.skip(
-            f"reference chat template {name} not found: set RECIPES_CHAT_TEMPLATES or provide "
-            "../shared/spec/chat_templates next to the repository"
+    if folder is None or not (folder / name).is_file():
+        where = "no templates folder" if folder is None else f"{folder} has no {name}"
+        message = (
+            f"reference chat template {name} not found ({where}): set RECIPES_CHAT_TEMPLATES to a folder "
+            f"holding it, or provide ../shared/spec/chat_templates next to the repository ({REPO_ROOT.parent})"
         )
+        if templates_required():
+            pytest.fail(f"{message}; RECIPES_REQUIRE_CHAT_TEMPLATES is set, so this is an error", pytrace=False)
+        pytest.skip(message)
     return (folder / name).read_text()
 
 

@@ -21,7 +21,7 @@ from renderers import (
 from renderers.chatml import ChatMLRenderer
 from renderers.qwen3 import Qwen3Renderer
 
-BUILT_IN = ["chatml", "llama3", "qwen3", "qwen3_disable_thinking", "qwen3_instruct", "role_colon", "smollm2"]
+BUILT_IN = ["chatml", "hf_chat_template", "llama3", "qwen3", "qwen3_disable_thinking", "qwen3_instruct", "role_colon", "smollm2"]
 
 
 def test_built_in_names_are_registered() -> None:

@@ -33,10 +33,10 @@ NOISE_MARGIN = 1e-4
 
 RECIPES: dict[str, tuple[Callable[[Any], Any], Callable[[], chz.Blueprint[Any]], list[str]]] = {
     "sl_basic": (sl_basic.main, sl_basic.build_config, [
-        "dataset_builder.num_train=32", "dataset_builder.num_heldout=6", "evaluator_builders.0.max_tokens=4"]),
+        "dataset.num_train=32", "dataset.num_heldout=6", "evaluator_builders.0.max_tokens=4"]),
     "rl_basic": (rl_basic.main, rl_basic.build_config, [
-        "max_tokens=4", "temperature=0.0", "dataset_builder.batch_size=2", "dataset_builder.group_size=2",
-        "dataset_builder.test_size=4"]),
+        "max_tokens=4", "temperature=0.0", "env.batch_size=2", "env.group_size=2",
+        "env.test_size=4"]),
     "dpo_basic": (dpo_basic.main, dpo_basic.build_config, [
         "dataset_builder.batch_size=3", "dataset_builder.comparison_builder.num_train=12",
         "dataset_builder.comparison_builder.num_test=4"]),

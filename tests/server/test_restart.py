@@ -40,7 +40,7 @@ def _start_server(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
 def _recipe(port: int, log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen([
         sys.executable, "-m", "recipes.sl_basic", "model_name=recipes/tiny-llama", f"max_steps={STEPS}",
-        "save_every=3", "eval_every=0", "dataset_builder.num_train=200", "dataset_builder.num_heldout=4",
+        "save_every=3", "eval_every=0", "dataset.num_train=200", "dataset.num_heldout=4",
         "evaluator_builders.0.max_tokens=2", "backend=tinker", f"backend.base_url=http://127.0.0.1:{port}",
         f"log_path={log_path}", "behavior_if_log_dir_exists=resume"], env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

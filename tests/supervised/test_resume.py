@@ -11,7 +11,7 @@ from recipes_lib.checkpoints import load_checkpoints
 from supervised import train
 from tests.supervised.test_train import TINY, tiny_config
 
-ARGS = ["dataset_builder.num_train=32", "save_every=2", "eval_every=3", "behavior_if_log_dir_exists=resume"]
+ARGS = ["dataset.num_train=32", "save_every=2", "eval_every=3", "behavior_if_log_dir_exists=resume"]
 
 
 def _metrics(log_path: Path) -> list[dict]:

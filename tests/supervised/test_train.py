@@ -7,14 +7,17 @@ import pandas
 import pytest
 
 from recipes import sl_basic
+from recipes_lib import cli
 from recipes_lib.checkpoints import CheckpointRecord, load_checkpoints
 from recipes_lib.cli import config_from_argv
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.hyperparams import get_lr
 from supervised import train
+from supervised.datasets import FromConversationFileBuilder, HuggingFaceChatBuilder
+from supervised.number_words import NumberWordsBuilder
 
-TINY = ["model_name=recipes/tiny-llama", "dataset_builder.num_train=24",
-        "dataset_builder.num_heldout=6", "dataset_builder.common_config.batch_size=4", "evaluator_builders.0.max_tokens=4"]
+TINY = ["model_name=recipes/tiny-llama", "dataset.num_train=24",
+        "dataset.num_heldout=6", "dataset.common_config.batch_size=4", "evaluator_builders.0.max_tokens=4"]
 
 
 def tiny_config(log_path: Path, *extra: str) -> train.Config:
@@ -48,19 +51,19 @@ def test_evaluations_and_saves_fall_on_the_right_steps() -> None:
 
 # -- the command line -------------------------------------------------------------------------------
 def test_nested_overrides_and_the_learning_rate_default(tmp_path: Path) -> None:
-    config = tiny_config(tmp_path, "dataset_builder.common_config.batch_size=2", "lora_rank=8")
+    config = tiny_config(tmp_path, "dataset.common_config.batch_size=2", "lora_rank=8")
     assert config.dataset_builder.common_config.batch_size == 2 and config.lora_rank == 8
     assert config.dataset_builder.common_config.model_name_for_tokenizer == "recipes/tiny-llama"
     assert config.evaluator_builders[0].model_name == "recipes/tiny-llama"
     assert config.learning_rate == 1e-3  # the recipe's measured value
-    plain = config_from_argv(sl_basic.build_config(f"{sl_basic.LOG_PATH}.jsonl"), ["model_name=recipes/tiny-llama"])
+    plain = config_from_argv(sl_basic.build_config(), ["model_name=recipes/tiny-llama", f"dataset={sl_basic.LOG_PATH}.jsonl"])
     assert plain.learning_rate == pytest.approx(get_lr("recipes/tiny-llama"))  # not set: the model's default
     assert config_from_argv(sl_basic.build_config(), ["...batch_size=5"]).dataset_builder.common_config.batch_size == 5
 
 
 @pytest.mark.parametrize(
     ("arg", "message"),
-    [("learning_rat=1e-3", "Did you mean 'learning_rate'"), ("dataset_builder.batch_size=4", "Did you mean: dataset_builder.common_config.batch_size?"),
+    [("learning_rat=1e-3", "Did you mean 'learning_rate'"), ("dataset.batch_size=4", "Did you mean: dataset.common_config.batch_size?"),
      ("lora_rank=many", "lora_rank")],
 )
 def test_bad_keys_exit_before_any_work(arg: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -69,11 +72,22 @@ def test_bad_keys_exit_before_any_work(arg: str, message: str, capsys: pytest.Ca
     assert info.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_dataset_argument_is_read_first() -> None:
-    assert sl_basic.pop_dataset(["a=1", "dataset=x.jsonl", "b=2"]) == ("x.jsonl", ["a=1", "b=2"])
-    assert sl_basic.pop_dataset([]) == ("number_words", [])
-    config = config_from_argv(sl_basic.build_config("example_data/conversations.jsonl"), [])
+def test_dataset_key_picks_the_builder_and_its_defaults() -> None:
+    config = config_from_argv(sl_basic.build_config(), ["dataset=example_data/conversations.jsonl"])
+    assert isinstance(config.dataset_builder, FromConversationFileBuilder) and config.dataset_builder == config.dataset
     assert config.dataset_builder.file_path == "example_data/conversations.jsonl" and config.evaluator_builders == []
+    assert (config.num_epochs, config.eval_every, config.dataset_builder.common_config.batch_size) == (3, 4, 8)
+    words = config_from_argv(sl_basic.build_config(), ["dataset.num_heldout=7", "eval_every=5"])
+    assert isinstance(words.dataset, NumberWordsBuilder) and words.dataset.num_train == 2560
+    assert words.evaluator_builders[0].num_heldout == 7 and words.eval_every == 5  # the evaluator follows the data
+    hub = config_from_argv(sl_basic.build_config(), ["dataset=HuggingFaceH4/no_robots"])
+    assert isinstance(hub.dataset, HuggingFaceChatBuilder) and hub.dataset.path == "HuggingFaceH4/no_robots"
+
+
+def test_an_unknown_dataset_names_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        config_from_argv(sl_basic.build_config(), ["dataset=number_wrds"])
+    assert info.value.code == 2 and "dataset=number_wrds is not one of number_words" in capsys.readouterr().err
 
 
 def test_tinker_backend_stops_at_the_missing_api_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -184,8 +198,8 @@ class _RecordingClient:
 
 def _events_of_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra: str) -> list[str]:
     events: list[str] = []
-    real = train.create_or_resume_training_client
-    monkeypatch.setattr(train, "create_or_resume_training_client",
+    real = cli.create_or_resume_training_client  # every trainer's client comes from cli.open_run
+    monkeypatch.setattr(cli, "create_or_resume_training_client",
                         lambda *a, **k: _RecordingClient(real(*a, **k), events))
     train.main(tiny_config(tmp_path, "max_steps=4", "eval_every=2", "save_every=0",
                            "evaluator_builders.0.num_heldout=6", *extra))

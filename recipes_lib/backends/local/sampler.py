@@ -10,7 +10,9 @@ fused step of `decoder.py` (2-3x the model's own forward on a CPU); others throu
 
 Returned log-probs are those of the distribution sampled from: `log_softmax(logits / T)` for
 temperature T > 0 (before top-k / top-p truncation), and the untempered `log_softmax(logits)` for
-greedy decoding (T = 0), which therefore equal `compute_logprobs` at T in {0, 1}.
+greedy decoding (T = 0), which therefore equal `compute_logprobs` at T in {0, 1}. Every path (the
+model's forward, the fused step, the scorer) produces the logits of the model's own forward,
+soft-capping and logit scales included (`logits.OutputHead`).
 """
 
 import copy
@@ -33,6 +35,7 @@ from transformers import PreTrainedModel
 from recipes_lib.backends.local.batch import micro_batches, pad_left_tokens, pad_right_tokens
 from recipes_lib.backends.local.decoder import FusedDecoder
 from recipes_lib.backends.local.decoder import supports as decoder_supports
+from recipes_lib.backends.local.logits import OutputHead
 from recipes_lib.backends.local.precision import Precision
 from recipes_lib.backends.local.trainer import LOGIT_CHUNK_ROWS, MAX_MICROBATCH_TOKENS, token_logprobs
 from recipes_lib.exceptions import DataFormatError
@@ -243,8 +246,8 @@ def _prefill(
 ) -> tuple[Any, torch.Tensor, torch.Tensor]:
     """Left-padded forward over the distinct prompts; returns the cache, last logits, mask.
 
-    `plain_head`: the logits are the head's output, untouched (true of the models the fused
-    decoder supports; others may scale or soft-cap them in their forward).
+    `plain_head`: run the decoder and `OutputHead` on the last positions only (the fused decoder's
+    models); otherwise the model's whole forward, with whatever it does to its logits.
     """
     tokens, mask, positions = (t.to(precision.device) for t in pad_left_tokens(prompts))
     if not plain_head:  # the model's forward, with whatever it does to its logits
@@ -254,7 +257,7 @@ def _prefill(
     # The head on a 2-D slice: on the 3-D `[:, -1:]` view (`logits_to_keep=1`) torch's matmul
     # copies the head weight once per prompt (~0.4 s for SmolLM2 on 8 prompts).
     last_P_D = out.last_hidden_state[:, -1].contiguous()
-    return out.cache, model.get_output_embeddings()(last_P_D).float(), mask
+    return out.cache, OutputHead(model)(last_P_D), mask
 
 
 class _Step(Protocol):
@@ -372,7 +375,7 @@ def score(
 
     Prompts are scored in right-padded micro-batches of similar length.
     """
-    decoder, lm_head = model.get_decoder(), model.get_output_embeddings()
+    decoder, lm_head = model.get_decoder(), OutputHead(model)
     results: list[tuple[np.ndarray, TopkLogprobs | None]] = [(np.zeros(0), None)] * len(prompts)
     with torch.inference_mode():
         for indices in micro_batches([len(p) for p in prompts], MAX_MICROBATCH_TOKENS):
@@ -387,12 +390,12 @@ def score(
     return results
 
 
-def _topk(lm_head: nn.Module, hidden_N_D: torch.Tensor, k: int) -> TopkLogprobs:
+def _topk(lm_head: OutputHead, hidden_N_D: torch.Tensor, k: int) -> TopkLogprobs:
     """Top-k log-probs at each prompt position (the first position is the sentinel row)."""
     ids = [torch.zeros((1, k), dtype=torch.long, device=hidden_N_D.device)]
     values = [torch.full((1, k), MASK_LOGPROB, device=hidden_N_D.device)]
     for start in range(0, hidden_N_D.shape[0], LOGIT_CHUNK_ROWS):
-        logprobs = torch.log_softmax(lm_head(hidden_N_D[start : start + LOGIT_CHUNK_ROWS]).float(), dim=-1)
+        logprobs = torch.log_softmax(lm_head(hidden_N_D[start : start + LOGIT_CHUNK_ROWS]), dim=-1)
         top = torch.topk(logprobs, k, dim=-1)
         ids.append(top.indices)
         values.append(top.values)

@@ -2,7 +2,9 @@
 
 Datums are grouped into right-padded micro-batches by length. The decoder runs once per
 micro-batch; the 49k-row unembedding runs only where it is needed: with gradient at the positions
-the loss trains on, without gradient elsewhere (their log-probs are still returned). Gradients of
+the loss trains on, without gradient elsewhere (their log-probs are still returned). The logits
+are those of the model's own forward (`logits.OutputHead`: the head plus any soft-capping or
+scaling the family applies), so the trainer scores what the sampler samples. Gradients of
 successive calls accumulate in the adapter until `optim_step`.
 """
 
@@ -16,6 +18,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from recipes_lib.backends.local.batch import PreparedDatum, micro_batches, pad_right_tokens
+from recipes_lib.backends.local.logits import OutputHead
 from recipes_lib.backends.local.losses import gradient_mask, per_token_loss
 from recipes_lib.backends.local.precision import Precision
 
@@ -34,7 +37,7 @@ class PassResult:
     metrics: dict[str, float]
 
 
-def token_logprobs(lm_head: nn.Module, hidden_N_D: torch.Tensor, targets_N: torch.Tensor) -> torch.Tensor:
+def token_logprobs(lm_head: OutputHead, hidden_N_D: torch.Tensor, targets_N: torch.Tensor) -> torch.Tensor:
     """`log p(target)` for each row of hidden states, computed in fp32 in chunks of rows, `(N,)`.
 
     With gradients on, each chunk is checkpointed: its `[rows x vocab]` logits are recomputed in the
@@ -53,15 +56,15 @@ def token_logprobs(lm_head: nn.Module, hidden_N_D: torch.Tensor, targets_N: torc
     return torch.cat(pieces)
 
 
-def _chunk_logprobs(lm_head: nn.Module, rows_N_D: torch.Tensor, targets_N: torch.Tensor) -> torch.Tensor:
+def _chunk_logprobs(lm_head: OutputHead, rows_N_D: torch.Tensor, targets_N: torch.Tensor) -> torch.Tensor:
     # cross_entropy's fused log-softmax is ~20 % faster than gather - logsumexp here.
-    return -F.cross_entropy(lm_head(rows_N_D).float(), targets_N, reduction="none")
+    return -F.cross_entropy(lm_head(rows_N_D), targets_N, reduction="none")
 
 
-def _decoder_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:
+def _decoder_and_head(model: nn.Module) -> tuple[nn.Module, OutputHead]:
     wrapped: Any = model
     causal_lm: Any = wrapped.get_base_model() if hasattr(wrapped, "get_base_model") else wrapped
-    return causal_lm.get_decoder(), causal_lm.get_output_embeddings()
+    return causal_lm.get_decoder(), OutputHead(causal_lm)
 
 
 def _batch_logprobs(

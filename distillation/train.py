@@ -1,0 +1,290 @@
+"""The on-policy distillation loop: the student samples, the teacher scores, the student trains.
+
+    python -m recipes.distillation.on_policy            # a recipe builds a Config and calls main()
+
+Each step:
+
+1. sample `group_size` completions of each prompt of the batch from the current student weights;
+2. the teacher (a base model, a sampler checkpoint, or the last checkpoint of a run folder) scores
+   every `prompt + completion` with `compute_logprobs`;
+3. each sampled token's advantage is `-kl_penalty_coef * (student_logprob - teacher_logprob)`, the
+   negative per-token reverse KL, plus the batch's mean KL as a baseline (`center_kl`; see
+   `distillation.advantages`), and the student trains on it with the `importance_sampling` loss
+   (one `forward_backward` + `optim_step`).
+
+Logged per step: `teacher_kl` (the mean per-token reverse KL of the batch, which falls as the
+student learns), `optim/entropy`, `optim/kl_sample_train_v1|v2`, `completion_tokens`, `optim/lr` (with `lr_schedule`),
+`progress/done_frac` and `time/...`. The evaluators (e.g. held-out exact match, `test/exact_match`)
+run every `eval_every` steps and after the last; on a fresh run they also score the teacher once
+(`teacher/test/exact_match`), the level the student is distilled towards. Checkpoints every
+`save_every` steps and at the end; re-running with `behavior_if_log_dir_exists=resume` continues.
+"""
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import chz
+import numpy as np
+from tinker import types
+
+from distillation.advantages import teacher_kl
+from distillation.data import Completion, completion_to_datum, teacher_targets_T
+from distillation.datasets import PromptDataset, PromptDatasetBuilder
+from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators
+from eval.model_source import backend_for, open_model_source
+from recipes_lib.backends.protocols import SamplingClient, ServiceClient, TrainingClient
+from recipes_lib.checkpoints import save_checkpoint
+from recipes_lib.cli import LogdirBehavior, open_run, start_run
+from recipes_lib.config import BackendConfig, backend_field, check_positive
+from recipes_lib.exceptions import ConfigurationError
+from recipes_lib.hyperparams import adam_params
+from recipes_lib.logging import MultiplexLogger
+from recipes_lib.model_info import resolve_renderer_name
+from recipes_lib.run_folder import last_sampler_path
+from recipes_lib.schedules import LRSchedule, lr_multiplier
+from recipes_lib.tokenizers import get_tokenizer
+from renderers import Renderer, get_renderer
+from rl.metrics import compute_kl_sample_train
+
+logger = logging.getLogger(__name__)
+
+LossFn = Literal["importance_sampling", "ppo", "cispo", "dro"]
+TEACHER_PREFIX = "teacher/"
+
+
+@chz.chz
+class Config:
+    """Everything an on-policy distillation run needs."""
+
+    # Run folder: config.json, metrics.jsonl, checkpoints.jsonl.
+    log_path: str
+    # The student's base model (a LoRA adapter is trained on it).
+    model_name: str
+    # The prompts the student answers (see distillation.datasets).
+    dataset_builder: PromptDatasetBuilder
+    # Adam's peak learning rate.
+    learning_rate: float
+    # The most tokens the student samples per answer.
+    max_tokens: int
+    # The teacher, exactly one of: a sampler checkpoint (local://... or tinker://...), a run folder
+    # (its last sampler checkpoint), or a base model scored without LoRA. It must share the
+    # student's tokenizer, since it scores the student's tokens.
+    teacher_model_path: str | None = None
+    teacher_log_path: str | None = None
+    teacher_model_name: str | None = None
+    # The renderer of the prompts (None: the student model's recommended one).
+    renderer_name: str | None = None
+    # Completions sampled per prompt.
+    group_size: int = 4
+    # Sampling temperature of the student's completions; 1.0 samples the student itself.
+    temperature: float = 1.0
+    # Weight of the reverse KL in the advantages (advantage = -coef * (student - teacher) logprob).
+    kl_penalty_coef: float = 1.0
+    # 0: per-token advantages; in (0, 1]: each token also gets the discounted KL of the tokens after it.
+    kl_discount_factor: float = 0.0
+    # Subtract the batch's mean KL from each token's (a baseline; see distillation.advantages).
+    center_kl: bool = True
+    # How the learning rate moves over the run: constant, or a linear/cosine decay to 0.
+    lr_schedule: LRSchedule = "constant"
+    loss_fn: LossFn = "importance_sampling"
+    loss_fn_config: dict[str, float] | None = None
+    lora_rank: int = 32
+    # Start the student from these weights (fresh optimizer) instead of a new adapter.
+    load_checkpoint_path: str | None = None
+    backend: BackendConfig = backend_field()
+
+    # Evaluate every this many steps (before training on the step) and after the last; 0: never.
+    eval_every: int = 10
+    evaluator_builders: list[EvaluatorBuilder] = chz.field(default_factory=list)
+    # Also run the evaluators on the teacher once at the start (`teacher/<metric>`).
+    evaluate_teacher: bool = True
+    # Checkpoint (resumable state + sampler weights) every this many steps; 0: only at the end.
+    save_every: int = 20
+    max_steps: int | None = None
+    behavior_if_log_dir_exists: LogdirBehavior = "ask"
+    wandb_project: str | None = None
+    wandb_name: str | None = None
+
+    @chz.validate
+    def _check(self) -> None:
+        check_positive(learning_rate=self.learning_rate, max_tokens=self.max_tokens, group_size=self.group_size,
+                       lora_rank=self.lora_rank)
+        teachers = {"teacher_model_path": self.teacher_model_path, "teacher_log_path": self.teacher_log_path,
+                    "teacher_model_name": self.teacher_model_name}
+        given = [key for key, value in teachers.items() if value]
+        if len(given) != 1:
+            raise ConfigurationError(f"Pass exactly one teacher: teacher_model_path=<sampler checkpoint>, "
+                                     f"teacher_log_path=<run folder> or teacher_model_name=<base model>; got "
+                                     f"{given or 'none'}.")
+        for key, value in {"kl_penalty_coef": self.kl_penalty_coef, "eval_every": self.eval_every,
+                           "save_every": self.save_every, "temperature": self.temperature}.items():
+            if value < 0:
+                raise ConfigurationError(f"{key} must be >= 0, got {value}.")
+        if not 0 <= self.kl_discount_factor <= 1:
+            raise ConfigurationError(f"kl_discount_factor must be in [0, 1], got {self.kl_discount_factor}.")
+
+
+@dataclass
+class _Run:
+    """What the loop holds while it runs."""
+
+    config: Config
+    service_client: ServiceClient
+    training_client: TrainingClient
+    teacher: SamplingClient
+    dataset: PromptDataset
+    renderer: Renderer
+    evaluators: list[Evaluator]
+    logger: MultiplexLogger
+    start_step: int
+    total_steps: int
+
+
+def main(config: Config) -> None:
+    """Run distillation to the end (blocking)."""
+    asyncio.run(main_async(config))
+
+
+async def main_async(config: Config) -> None:
+    """Run distillation to the end, inside an existing event loop."""
+    resume = start_run(config)
+    dataset = config.dataset_builder()
+    total = min(len(dataset), config.max_steps) if config.max_steps is not None else len(dataset)
+    started = open_run(config, resume, total)
+    if started is None:
+        return
+    service = started.service_client
+    teacher = open_teacher(config, service)
+    renderer = get_renderer(resolve_renderer_name(config.model_name, config.renderer_name),
+                            get_tokenizer(config.model_name))
+    run = _Run(config, service, started.training_client, teacher, dataset, renderer,
+               [build() for build in config.evaluator_builders], started.metrics_logger, started.start_step, total)
+    try:
+        await _loop(run)
+    finally:
+        run.logger.close()
+
+
+def open_teacher(config: Config, service: ServiceClient) -> SamplingClient:
+    """The teacher's sampling client; its tokenizer must be the student's."""
+    model_path = config.teacher_model_path
+    if config.teacher_log_path:
+        model_path = last_sampler_path(config.teacher_log_path)
+    same_backend = backend_for(model_path, config.backend) == config.backend
+    source = open_model_source(config.backend, model_path, None if model_path else config.teacher_model_name,
+                               service_client=service if same_backend else None)
+    if source.model_name != config.model_name and \
+            get_tokenizer(source.model_name).get_vocab() != get_tokenizer(config.model_name).get_vocab():
+        raise ConfigurationError(f"The teacher {model_path or source.model_name} runs {source.model_name}, whose "
+                                 f"tokenizer differs from the student's ({config.model_name}); on-policy "
+                                 "distillation scores the student's tokens with the teacher, so both need one "
+                                 "tokenizer.")
+    return source.sampling_client
+
+
+async def _loop(run: _Run) -> None:
+    """Evaluate when due, train one step, refresh the sampler, checkpoint when due, log; repeat."""
+    config = run.config
+    sampler = await run.training_client.save_weights_and_get_sampling_client_async()
+    if config.evaluate_teacher and run.start_step == 0 and run.evaluators:
+        teacher_metrics = await run_evaluators(run.evaluators, run.training_client, lambda: run.teacher)
+        run.logger.log_metrics({TEACHER_PREFIX + key: value for key, value in teacher_metrics.items()}, 0)
+    for step in range(run.start_step, run.total_steps):
+        started = time.monotonic()
+        learning_rate = config.learning_rate * lr_multiplier(config.lr_schedule, step, run.total_steps)
+        metrics: dict[str, float] = {"progress/batch": float(step), "progress/done_frac": (step + 1) / run.total_steps,
+                                     "optim/lr": learning_rate}
+        if _due(config.eval_every, step) and run.evaluators:
+            metrics.update(await _evaluate(run, sampler))
+        metrics.update(await _train_step(run, sampler, run.dataset.get_batch(step), learning_rate))
+        sampler = await run.training_client.save_weights_and_get_sampling_client_async()
+        if _due(config.save_every, step + 1) and step + 1 < run.total_steps:
+            metrics.update(await _save(run, step + 1))
+        metrics["time/total"] = time.monotonic() - started
+        run.logger.log_metrics(metrics, step)
+    if config.eval_every > 0 and run.evaluators:
+        run.logger.log_metrics(await _evaluate(run, sampler), run.total_steps)
+    await _save(run, run.total_steps, final=True)
+
+
+def _due(every: int, step: int) -> bool:
+    return every > 0 and step % every == 0
+
+
+async def _evaluate(run: _Run, sampler: SamplingClient) -> dict[str, float]:
+    started = time.monotonic()
+    metrics = await run_evaluators(run.evaluators, run.training_client, lambda: sampler)
+    return {**metrics, "time/eval": time.monotonic() - started}
+
+
+async def _save(run: _Run, next_step: int, final: bool = False) -> dict[str, float]:
+    started = time.monotonic()
+    name = "final" if final else f"{next_step:06d}"
+    await asyncio.to_thread(save_checkpoint, run.training_client, run.config.log_path, name, next_step,
+                            0, "both", final)
+    return {"time/save": time.monotonic() - started}
+
+
+async def _train_step(run: _Run, sampler: SamplingClient, prompts: list[Any], learning_rate: float) -> dict[str, float]:
+    """Sample -> score with the teacher -> datums -> forward_backward + optim_step; the step's metrics."""
+    config = run.config
+    started = time.monotonic()
+    completions = await sample_completions(sampler, run.renderer, prompts, config.group_size, config.max_tokens,
+                                           config.temperature)
+    sampled = time.monotonic()
+    teacher_T = await score_with_teacher(run.teacher, completions)
+    scored = time.monotonic()
+    student_D = [c.targets_T()[0] for c in completions]
+    masks_D = [c.targets_T()[1] for c in completions]
+    batch_kl = teacher_kl(student_D, teacher_T, masks_D)
+    baseline = batch_kl if config.center_kl else 0.0
+    pairs = [completion_to_datum(c, t, config.kl_penalty_coef, config.kl_discount_factor, baseline)
+             for c, t in zip(completions, teacher_T, strict=True)]
+    data_D, masks_D = [d for d, _ in pairs], [m for _, m in pairs]
+    adam = adam_params(learning_rate)
+    forward_backward = run.training_client.forward_backward(data_D, config.loss_fn, config.loss_fn_config)
+    optim = run.training_client.optim_step(adam)
+    output = await forward_backward
+    await optim
+    trainer_D = [np.asarray(o["logprobs"].to_numpy()) for o in output.loss_fn_outputs]
+    metrics = compute_kl_sample_train(data_D, masks_D, trainer_D)
+    metrics.update({
+        "teacher_kl": batch_kl,
+        "completion_tokens": float(np.mean([len(c.tokens) for c in completions])),
+        "optim/num_datums": float(len(data_D)),
+        "optim/loss_sum": float(output.metrics.get("loss:sum", 0.0)),
+        "time/sample": sampled - started,
+        "time/teacher": scored - sampled,
+        "time/train": time.monotonic() - scored,
+    })
+    return metrics
+
+
+async def sample_completions(
+    sampler: SamplingClient, renderer: Renderer, prompts: list[Any], group_size: int, max_tokens: int,
+    temperature: float,
+) -> list[Completion]:
+    """`group_size` completions of each prompt (all sent at once), skipping empty ones."""
+    model_inputs = [renderer.build_generation_prompt(messages) for messages in prompts]
+    params = types.SamplingParams(max_tokens=max_tokens, temperature=temperature, stop=renderer.get_stop_sequences())
+    responses = await asyncio.gather(*(sampler.sample(m, group_size, params) for m in model_inputs))
+    completions = []
+    for model_input, response in zip(model_inputs, responses, strict=True):
+        for sequence in response.sequences:
+            if sequence.tokens:
+                assert sequence.logprobs is not None, "the sampler returned no log-probs"
+                completions.append(Completion(list(model_input.to_ints()), list(sequence.tokens),
+                                              list(sequence.logprobs)))
+    if not completions:
+        raise ConfigurationError("Every completion of the batch was empty; check max_tokens and the stop sequences.")
+    return completions
+
+
+async def score_with_teacher(teacher: SamplingClient, completions: list[Completion]) -> list[np.ndarray]:
+    """The teacher's log-prob of each target token of each completion, shape (T,) each."""
+    scored = await asyncio.gather(*(teacher.compute_logprobs(types.ModelInput.from_ints(c.sequence))
+                                    for c in completions))
+    return [teacher_targets_T(c, logprobs) for c, logprobs in zip(completions, scored, strict=True)]

@@ -1,0 +1,1 @@
+"""Preference-learning recipes: `python -m recipes.preference.train` (DPO)."""

@@ -1,0 +1,70 @@
+"""Two-step on-policy distillation runs on the tiny model, through the recipe's command line."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tinker
+
+from distillation import train
+from recipes.distillation import on_policy
+from recipes_lib.checkpoints import load_checkpoints, save_checkpoint
+from recipes_lib.cli import config_from_argv
+from recipes_lib.exceptions import ConfigurationError
+from recipes_lib.logging import read_metrics
+
+TINY = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=2", "max_tokens=4",
+        "dataset_builder.batch_size=2", "dataset_builder.num_prompts=8", "dataset_builder.num_heldout=3",
+        "group_size=2", "eval_every=1", "evaluator_builders.0.max_tokens=4"]
+
+
+@pytest.fixture(scope="module")
+def teacher_run(tmp_path_factory: pytest.TempPathFactory, service_client) -> Path:  # type: ignore[no-untyped-def]
+    """A run folder whose last sampler checkpoint is a tiny-llama LoRA trained a few steps on one sequence."""
+    folder = tmp_path_factory.mktemp("teacher")
+    client = service_client.create_lora_training_client("recipes/tiny-llama", rank=4, seed=0)
+    tokens = list(range(100, 120))
+    datum = tinker.types.Datum(
+        model_input=tinker.types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": tinker.types.TensorData.from_numpy(np.asarray(tokens[1:], dtype=np.int64)),
+                        "weights": tinker.types.TensorData.from_numpy(np.ones(len(tokens) - 1, dtype=np.float32))})
+    for _ in range(3):
+        client.forward_backward([datum], "cross_entropy").result()
+        client.optim_step(tinker.types.AdamParams(learning_rate=1e-2)).result()
+    save_checkpoint(client, folder, "final", batch=3, kind="sampler", final=True)
+    return folder
+
+
+def test_two_steps_with_a_checkpoint_teacher(tmp_path: Path, teacher_run: Path) -> None:
+    config = config_from_argv(on_policy.build_config(), [*TINY, f"log_path={tmp_path}",
+                                                         f"teacher_log_path={teacher_run}"])
+    on_policy.main(config)
+    rows = read_metrics(tmp_path)
+    assert [row["step"] for row in rows] == [0, 0, 1, 2]  # the teacher's eval, two steps, the final eval
+    assert set(rows[0]) == {"step", "teacher/test/exact_match"}
+    for row in rows[1:3]:
+        # A one-sample estimate may be negative, but the trained teacher is not the student.
+        assert abs(row["teacher_kl"]) > 1e-4 and "test/exact_match" in row and row["optim/num_datums"] <= 4
+        assert abs(row["optim/kl_sample_train_v1"]) < 1e-4  # sampler and trainer agree in fp32
+    assert "test/exact_match" in rows[3]
+    assert load_checkpoints(tmp_path)[-1].name == "final"
+
+
+def test_teacher_equal_to_the_student_gives_zero_kl(tmp_path: Path) -> None:
+    """A fresh LoRA starts equal to its base (B = 0): scored by that base, every token's KL is 0."""
+    argv = [*TINY, f"log_path={tmp_path}", "teacher_log_path=None", "teacher_model_name=recipes/tiny-llama",
+            "max_steps=1", "evaluate_teacher=False", "eval_every=0"]
+    train.main(config_from_argv(on_policy.build_config(), argv))
+    (row,) = read_metrics(tmp_path)
+    assert abs(row["teacher_kl"]) < 1e-5 and abs(row["optim/loss_sum"]) < 1e-3
+
+
+def test_exactly_one_teacher_is_required(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        config_from_argv(on_policy.build_config(), [*TINY, f"log_path={tmp_path}",
+                                                    "teacher_model_name=recipes/tiny-llama"])
+    with pytest.raises(ConfigurationError, match="make demo"):
+        config = config_from_argv(on_policy.build_config(), [*TINY, f"log_path={tmp_path}"])
+        if Path(on_policy.DEMO_RUN, "checkpoints.jsonl").exists():
+            raise ConfigurationError("make demo (runs/demo exists here, so the hint cannot be shown)")
+        on_policy.main(config)

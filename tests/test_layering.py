@@ -1,0 +1,147 @@
+"""The packages import one way only: down the layers of the design (DESIGN.md, "Layers").
+
+Every `import` / `from ... import` statement of every module is read with `ast` (function-level and
+`TYPE_CHECKING` imports included), so a cycle cannot hide in a lazy import.
+"""
+
+import ast
+import re
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Bottom to top. A package may import packages of lower layers only: never one of a higher layer,
+# nor another package of its own layer (peers stay independent, so no cycle can form).
+LAYERS: list[tuple[str, ...]] = [
+    ("recipes_lib",),  # the core: types, tokenizers, logging, checkpoints, cli; backends/ at its bottom
+    ("renderers",),  # chat messages <-> tokens; message completers (a renderer over a sampler)
+    ("eval",),  # evaluators, the tasks they measure, Inspect; every training loop runs them
+    ("supervised", "rl"),  # training pipelines
+    ("preference", "distillation"),  # pipelines built on the ones below (SFT data, RL loop)
+    ("recipes",),  # runnable recipes
+    ("examples",),  # user-facing examples (scripts, not a package)
+]
+LAYER_OF = {package: index for index, layer in enumerate(LAYERS) for package in layer}
+
+# The embedded engine's internals: only `recipes_lib` (through `make_service_client`) may import them.
+ENGINE_INTERNALS = "recipes_lib.backends.local"
+
+
+def top_level_packages(root: Path = REPO_ROOT) -> list[str]:
+    """Folders at the repository root that hold Python code (the tests aside)."""
+    return sorted(
+        path.name
+        for path in root.iterdir()
+        if path.is_dir() and path.name not in {"tests", "build"} and not path.name.startswith(".")
+        and any(path.rglob("*.py"))
+    )
+
+
+def imported_modules(source: Path, root: Path = REPO_ROOT) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in `source`; relative imports resolved."""
+    tree = ast.parse(source.read_text(), filename=str(source))
+    package_parts = source.relative_to(root).with_suffix("").parts[:-1]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package_parts[: len(package_parts) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            found.append((node.lineno, module))
+    return found
+
+
+# Modules at the spec's paths (tinker-cookbook names, see tests/test_spec_map.py) that must reach a
+# layer above their package: they name the higher module as a string (`"preference.datasets:X"`,
+# `import_module("eval.evaluators")`) and import it only when used. Each is an entry point or a
+# re-export shim, never a dependency: no other module may import them.
+SPEC_SHIMS: dict[str, str] = {
+    "recipes_lib/evaluators.py": "tinker_cookbook.evaluators re-exports eval.evaluators",
+    "recipes_lib/run_inspect_evals.py": "python -m tinker_cookbook.run_inspect_evals runs eval's CLI",
+    "supervised/train_cli.py": "the spec's supervised CLI trains the preference model (dataset=hhh)",
+    "rl/train_cli.py": "the spec's RL CLI offers env=hhh from preference",
+}
+
+
+def named_modules(source: Path) -> list[tuple[int, str]]:
+    """(line, module) of modules a file names in strings: `"pkg.mod:Name"`, `import_module("pkg.mod")`."""
+    tree = ast.parse(source.read_text(), filename=str(source))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            match = re.fullmatch(r"([a-z_]+(?:\.[a-z_0-9]+)+)(?::[A-Za-z_]\w*)?", node.value)
+            if match and (":" in node.value or _is_import_call_argument(tree, node)):
+                found.append((node.lineno, match.group(1)))
+    return found
+
+
+def _is_import_call_argument(tree: ast.AST, constant: ast.Constant) -> bool:
+    return any(
+        isinstance(call, ast.Call) and constant in call.args
+        and (getattr(call.func, "attr", None) or getattr(call.func, "id", None)) in ("import_module", "run_module")
+        for call in ast.walk(tree)
+    )
+
+
+def layering_violations(root: Path = REPO_ROOT) -> list[str]:
+    violations = []
+    for package in top_level_packages(root):
+        layer = LAYER_OF[package]
+        for source in sorted((root / package).rglob("*.py")):
+            relative = source.relative_to(root).as_posix()
+            named = [] if relative in SPEC_SHIMS else named_modules(source)
+            for line, module in imported_modules(source, root) + named:
+                shim = module.replace(".", "/") + ".py"
+                if shim in SPEC_SHIMS and shim != relative:
+                    violations.append(f"{relative}:{line} imports {module} (a spec shim; import what it wraps)")
+                target = module.split(".")[0]
+                where = f"{relative}:{line} imports {module}"
+                if target in LAYER_OF and target != package and LAYER_OF[target] >= layer:
+                    violations.append(f"{where} ({target} is not below {package})")
+                if package != "recipes_lib" and module.startswith(ENGINE_INTERNALS):
+                    violations.append(f"{where} (engine internals; use recipes_lib.backends.make_service_client)")
+    return violations
+
+
+def test_every_package_has_a_layer() -> None:
+    unplaced = [package for package in top_level_packages() if package not in LAYER_OF]
+    assert not unplaced, f"place these packages in LAYERS (tests/test_layering.py): {unplaced}"
+
+
+def test_no_package_imports_a_package_above_or_beside_it() -> None:
+    assert layering_violations() == []
+
+
+def test_the_check_finds_lazy_relative_and_sideways_imports(tmp_path: Path) -> None:
+    """The checker itself, on a made-up tree: each kind of wrong import is reported, right ones are not."""
+    for folder in ("renderers/sub", "eval", "supervised", "rl", "preference"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "renderers" / "sub" / "mod.py").write_text(
+        "from ..base import Renderer\n"  # relative, inside the package: fine
+        "def late():\n    from eval import nll\n"  # lazy, upward: wrong
+    )
+    (tmp_path / "eval" / "nll.py").write_text("import renderers.base\n")  # downward: fine
+    (tmp_path / "supervised" / "train.py").write_text("from rl import train\n")  # a peer: wrong
+    (tmp_path / "rl" / "train.py").write_text("from recipes_lib.backends.local import engine\n")
+    (tmp_path / "rl" / "table.py").write_text('BUILDER = "preference.envs:Builder"\n')  # upward by name: wrong
+    assert imported_modules(tmp_path / "renderers" / "sub" / "mod.py", tmp_path) == [
+        (1, "renderers.base"), (3, "eval")]
+    assert layering_violations(tmp_path) == [
+        "renderers/sub/mod.py:3 imports eval (eval is not below renderers)",
+        "rl/table.py:1 imports preference.envs (preference is not below rl)",
+        "rl/train.py:1 imports recipes_lib.backends.local (engine internals; use "
+        "recipes_lib.backends.make_service_client)",
+        "supervised/train.py:1 imports rl (rl is not below supervised)",
+    ]
+
+
+def test_mypy_checks_every_package() -> None:
+    """`make typecheck` (run by .ci/run) names every package, so none escapes the type check."""
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    typed = next(line for line in makefile.splitlines() if line.startswith("TYPED :="))
+    assert sorted(typed.split(":=", 1)[1].split()) == top_level_packages()
