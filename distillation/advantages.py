@@ -8,12 +8,14 @@ tokens the teacher prefers. With `discount > 0` each token's advantage also coll
 advantages of the tokens after it (`a_t + discount * a_{t+1} + discount**2 * a_{t+2} + ...`), so an
 early token is credited with the mistakes it leads to.
 
-With `baseline` (the batch's mean KL per sampled token, `teacher_kl`), the advantage is
+With `baseline` (e.g. the batch's mean KL per sampled token, `teacher_kl`), the advantage is
 `coef * (baseline - kl_t)`: a constant baseline leaves the gradient's expectation unchanged (the
-expected gradient of a token's log-prob is 0) and lowers its variance. It matters in practice: the
-reverse KL is positive on average, so without it nearly every sampled token is pushed down, and
-since the loss sums over tokens a shorter answer is pushed down less; a run on the number-to-words
-task drifted to empty answers in 10 steps that way.
+expected gradient of a token's log-prob is 0). Measured on the number-to-words task (SmolLM2
+distilling `make demo`'s model): without it, 16 prompts x 1 answer a step drifted to empty answers
+within 10 steps (the reverse KL is positive on average, so nearly every sampled token is pushed
+down, a short answer least); with it, the student's right answers to 3-digit numbers were
+reinforced so strongly that it read every number as 3 digits ("two hundred eleven" for 21) and
+stalled at 25 % exact match; without it and 8 prompts x 4 answers it reached 46 % in 40 steps.
 
 Only sampled tokens (mask 1) count; prompt tokens get advantage 0 and are left out of `teacher_kl`.
 """

@@ -8,8 +8,8 @@ Each step:
 2. the teacher (a base model, a sampler checkpoint, or the last checkpoint of a run folder) scores
    every `prompt + completion` with `compute_logprobs`;
 3. each sampled token's advantage is `-kl_penalty_coef * (student_logprob - teacher_logprob)`, the
-   negative per-token reverse KL, plus the batch's mean KL as a baseline (`center_kl`; see
-   `distillation.advantages`), and the student trains on it with the `importance_sampling` loss
+   negative per-token reverse KL (optionally plus the batch's mean KL as a baseline, `center_kl`;
+   see `distillation.advantages`), and the student trains on it with the `importance_sampling` loss
    (one `forward_backward` + `optim_step`).
 
 Logged per step: `teacher_kl` (the mean per-token reverse KL of the batch, which falls as the
@@ -37,7 +37,7 @@ from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators
 from eval.model_source import backend_for, open_model_source
 from recipes_lib.backends.protocols import SamplingClient, ServiceClient, TrainingClient
 from recipes_lib.checkpoints import save_checkpoint
-from recipes_lib.cli import LogdirBehavior, open_run, start_run
+from recipes_lib.cli import LogdirBehavior, eval_due, open_run, save_due, start_run
 from recipes_lib.config import BackendConfig, backend_field, check_positive
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.hyperparams import adam_params
@@ -86,7 +86,7 @@ class Config:
     # 0: per-token advantages; in (0, 1]: each token also gets the discounted KL of the tokens after it.
     kl_discount_factor: float = 0.0
     # Subtract the batch's mean KL from each token's (a baseline; see distillation.advantages).
-    center_kl: bool = True
+    center_kl: bool = False
     # How the learning rate moves over the run: constant, or a linear/cosine decay to 0.
     lr_schedule: LRSchedule = "constant"
     loss_fn: LossFn = "importance_sampling"
@@ -197,21 +197,17 @@ async def _loop(run: _Run) -> None:
         learning_rate = config.learning_rate * lr_multiplier(config.lr_schedule, step, run.total_steps)
         metrics: dict[str, float] = {"progress/batch": float(step), "progress/done_frac": (step + 1) / run.total_steps,
                                      "optim/lr": learning_rate}
-        if _due(config.eval_every, step) and run.evaluators:
+        if eval_due(config.eval_every, step, run.total_steps) and run.evaluators:
             metrics.update(await _evaluate(run, sampler))
         metrics.update(await _train_step(run, sampler, run.dataset.get_batch(step), learning_rate))
         sampler = await run.training_client.save_weights_and_get_sampling_client_async()
-        if _due(config.save_every, step + 1) and step + 1 < run.total_steps:
+        if save_due(config.save_every, step + 1, run.total_steps):
             metrics.update(await _save(run, step + 1))
         metrics["time/total"] = time.monotonic() - started
         run.logger.log_metrics(metrics, step)
     if config.eval_every > 0 and run.evaluators:
         run.logger.log_metrics(await _evaluate(run, sampler), run.total_steps)
     await _save(run, run.total_steps, final=True)
-
-
-def _due(every: int, step: int) -> bool:
-    return every > 0 and step % every == 0
 
 
 async def _evaluate(run: _Run, sampler: SamplingClient) -> dict[str, float]:

@@ -37,8 +37,23 @@ QUESTION = "Which response is better, A or B? Answer with one letter."
 
 
 def format_conversation(messages: Sequence[Message]) -> str:
-    """A conversation as plain text, one `Role: content` block per message."""
-    return "\n\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in messages)
+    """A conversation as plain text, one `Role: content` block per message.
+
+    Nothing a message holds is left out of what the preference model reads: reasoning comes before
+    the content as `(thinking: ...)`, tool calls after it as `-> name(arguments)` lines, and a tool
+    result names its tool.
+    """
+    return "\n\n".join(_format_message(m) for m in messages)
+
+
+def _format_message(message: Message) -> str:
+    role = message["role"].capitalize()
+    if message.get("name"):
+        role += f" ({message['name']})"
+    parts = [f"(thinking: {message['thinking']})"] if message.get("thinking") else []
+    parts.append(str(message["content"]))
+    parts += [f"-> {call.name}({call.arguments})" for call in message.get("tool_calls") or []]
+    return f"{role}: " + "\n".join(part for part in parts if part)
 
 
 def comparison_to_messages(comparison: Comparison) -> list[Message]:

@@ -333,6 +333,12 @@ def eval_due(every: int, step: int, total_steps: int) -> bool:
     return every > 0 and step % every == 0 and (step < total_steps - 1 or step == 0)
 
 
+def save_due(every: int, steps_done: int, total_steps: int) -> bool:
+    """Whether a periodic checkpoint follows the step that makes `steps_done` steps (every `every`);
+    never after the last step, whose final checkpoint is saved separately. `every` = 0: never."""
+    return every > 0 and steps_done % every == 0 and steps_done < total_steps
+
+
 def check_resume_config(log_path: str | Path, config: Any) -> None:
     """Refuse to resume a run whose model, LoRA rank or renderer would change."""
     previous_path = Path(log_path).expanduser() / CONFIG_FILE

@@ -38,7 +38,7 @@ from tinker import types
 from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators
 from recipes_lib.backends.protocols import Future, SamplingClient, ServiceClient, TrainingClient
 from recipes_lib.checkpoints import CheckpointRecord, save_checkpoint
-from recipes_lib.cli import LogdirBehavior, eval_due, open_run, start_run
+from recipes_lib.cli import LogdirBehavior, eval_due, open_run, save_due, start_run
 from recipes_lib.completers import TinkerTokenCompleter, TokenCompleter
 from recipes_lib.config import BackendConfig, backend_field, check_group_size, check_positive
 from recipes_lib.exceptions import ConfigurationError
@@ -262,17 +262,13 @@ async def _loop(run: _Run) -> None:
         metrics.update(await _train_step(run, step))
         sampler = await run.training_client.save_weights_and_get_sampling_client_async()
         run.source.set_policy(step + 1, sampler)
-        if _due(config.save_every, step + 1):
+        if save_due(config.save_every, step + 1, run.total_steps):
             metrics.update(await _save(run, step + 1))
         metrics["time/total"] = time.monotonic() - started
         run.logger.log_metrics(metrics, step)
     if config.eval_every > 0 and run.evaluators:
         run.logger.log_metrics(await _evaluate(run, sampler), run.total_steps)
     await _save(run, run.total_steps, final=True)
-
-
-def _due(every: int, step: int) -> bool:
-    return every > 0 and step % every == 0
 
 
 async def _evaluate(run: _Run, sampler: SamplingClient) -> dict[str, float]:
@@ -433,7 +429,8 @@ def _log_transcripts(run: _Run, step: int, outcomes: list[GroupOutcome]) -> None
     pairs = [(o.group, o.tags) for o in outcomes if o.group is not None]
     if pairs and run.config.num_groups_to_log > 0:
         write_transcripts(run.config.log_path, step, pairs, run.tokenizer)
-        if step == run.start_step or _due(run.config.eval_every, step):  # a log stays short; files hold every one
+        every = run.config.eval_every
+        if step == run.start_step or (every > 0 and step % every == 0):  # a log stays short; files hold every one
             print(console_summary(step, pairs[:2], run.tokenizer), flush=True)
 
 

@@ -34,7 +34,7 @@ from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators
 from eval.nll import NLLEvaluator
 from recipes_lib.backends.protocols import Future, TrainingClient
 from recipes_lib.checkpoints import CheckpointRecord, save_checkpoint
-from recipes_lib.cli import LogdirBehavior, eval_due, open_run, resume_step, start_run
+from recipes_lib.cli import LogdirBehavior, eval_due, open_run, resume_step, save_due, start_run
 from recipes_lib.config import BackendConfig, backend_field, check_positive
 from recipes_lib.display import print_colorized
 from recipes_lib.exceptions import ConfigurationError
@@ -151,8 +151,7 @@ class StepPlan:
 
     def saves_after(self, save_every: int, step: int) -> bool:
         """Whether a periodic checkpoint follows `step` (the final one is saved separately)."""
-        done = step + 1
-        return save_every > 0 and done % save_every == 0 and done < self.total_steps
+        return save_due(save_every, step + 1, self.total_steps)
 
 
 @dataclass

@@ -70,3 +70,14 @@ def tiny_tokenizer():  # type: ignore[no-untyped-def]
 @pytest.fixture
 def tmp_log_dir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path / "run"
+
+
+@pytest.fixture
+def quiet_root_logger(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drop root-logger handlers other libraries installed earlier in the session (an Inspect eval
+    installs a rich handler that prints to stdout), for tests that compare a command's stdout."""
+    import logging
+
+    root = logging.getLogger()
+    kept = [handler for handler in root.handlers if type(handler).__module__.startswith(("_pytest", "logging"))]
+    monkeypatch.setattr(root, "handlers", kept)

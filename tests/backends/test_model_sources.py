@@ -43,7 +43,11 @@ def patch_sources(monkeypatch: pytest.MonkeyPatch, *, original: bool, gguf: Path
     monkeypatch.setattr(models, "AutoModelForCausalLM", loader)
     converted: list[str] = []
     if convert:  # else the real conversion runs (and finds no GGUF)
-        monkeypatch.setattr(models, "_convert_gguf", lambda name, cached: converted.append(str(cached)) or "converted")
+        def convert(name: str, cached: Path) -> torch.nn.Module:
+            converted.append(str(cached))
+            return torch.nn.Linear(1, 1)
+
+        monkeypatch.setattr(models, "_convert_gguf", convert)
     return converted
 
 
@@ -55,8 +59,9 @@ def test_the_cache_name_says_the_weights_are_de_quantised(home: Path) -> None:
 def test_the_original_weights_load_when_the_hub_has_them(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     loader = RecordingLoader()
     converted = patch_sources(monkeypatch, original=True, gguf=home / "x.gguf", loader=loader)
-    models.load_base_model(SMOLLM2_NAME)
+    model = models.load_base_model(SMOLLM2_NAME)
     assert loader.sources == [SMOLLM2_NAME] and converted == []
+    assert models.weights_label(model) == models.ORIGINAL_WEIGHTS
 
 
 def test_offline_the_de_quantised_cache_loads(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,23 +70,26 @@ def test_offline_the_de_quantised_cache_loads(home: Path, monkeypatch: pytest.Mo
     (cached / "config.json").write_text("{}")
     loader = RecordingLoader()
     converted = patch_sources(monkeypatch, original=False, gguf=home / "x.gguf", loader=loader)
-    models.load_base_model(SMOLLM2_NAME)
+    model = models.load_base_model(SMOLLM2_NAME)
     assert loader.sources == [str(cached)] and converted == []
+    assert models.weights_label(model) == models.DEQUANTISED_WEIGHTS
 
 
 def test_offline_without_a_cache_the_gguf_is_converted_into_it(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     loader = RecordingLoader()
     converted = patch_sources(monkeypatch, original=False, gguf=home / "x.gguf", loader=loader)
-    assert models._load(SMOLLM2_NAME) == "converted"
+    model = models.load_base_model(SMOLLM2_NAME)
     assert loader.sources == [] and converted == [str(models.dequantised_cache_folder())]
+    assert models.weights_label(model) == models.DEQUANTISED_WEIGHTS == "dequantised-from-Q4_1-gguf"
 
 
 def test_a_failing_hub_falls_back_to_the_gguf(home: Path, monkeypatch: pytest.MonkeyPatch,
                                              caplog: pytest.LogCaptureFixture) -> None:
     loader = RecordingLoader(failing={SMOLLM2_NAME})
     converted = patch_sources(monkeypatch, original=True, gguf=home / "x.gguf", loader=loader)
-    assert models._load(SMOLLM2_NAME) == "converted"
+    model = models.load_base_model(SMOLLM2_NAME)
     assert loader.sources == [SMOLLM2_NAME] and len(converted) == 1
+    assert models.weights_label(model) == models.DEQUANTISED_WEIGHTS
     assert "using the GGUF instead" in caplog.text
 
 

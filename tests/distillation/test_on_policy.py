@@ -35,8 +35,9 @@ def teacher_run(tmp_path_factory: pytest.TempPathFactory, service_client) -> Pat
     return folder
 
 
-def test_two_steps_with_a_checkpoint_teacher(tmp_path: Path, teacher_run: Path) -> None:
-    config = config_from_argv(on_policy.build_config(), [*TINY, f"log_path={tmp_path}",
+@pytest.mark.parametrize("center", ["false", "true"])
+def test_two_steps_with_a_checkpoint_teacher(tmp_path: Path, teacher_run: Path, center: str) -> None:
+    config = config_from_argv(on_policy.build_config(), [*TINY, f"log_path={tmp_path}", f"center_kl={center}",
                                                          f"teacher_log_path={teacher_run}"])
     on_policy.main(config)
     rows = read_metrics(tmp_path)
@@ -44,9 +45,10 @@ def test_two_steps_with_a_checkpoint_teacher(tmp_path: Path, teacher_run: Path) 
     assert set(rows[0]) == {"step", "teacher/test/exact_match"}
     for row in rows[1:3]:
         # A one-sample estimate may be negative, but the trained teacher is not the student.
-        assert abs(row["teacher_kl"]) > 1e-4 and "test/exact_match" in row and row["optim/num_datums"] <= 4
+        assert abs(row["teacher_kl"]) > 1e-4 and row["optim/num_datums"] <= 4
         assert abs(row["optim/kl_sample_train_v1"]) < 1e-4  # sampler and trainer agree in fp32
-    assert "test/exact_match" in rows[3]
+    # Evaluated before the first step and after the last (which covers the one before the last step).
+    assert "test/exact_match" in rows[1] and "test/exact_match" not in rows[2] and "test/exact_match" in rows[3]
     assert load_checkpoints(tmp_path)[-1].name == "final"
 
 

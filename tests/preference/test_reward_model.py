@@ -39,6 +39,20 @@ def test_question_shows_prompt_and_both_responses() -> None:
         labeled_to_conversation(LabeledComparison(COMPARISON, "Tie"))
 
 
+def test_the_question_keeps_tool_calls_reasoning_and_tool_names() -> None:
+    from renderers import ToolCall
+
+    with_tools = Comparison(
+        [{"role": "user", "content": "Weather in Paris?"}],
+        [{"role": "assistant", "content": "", "thinking": "Ask the tool.",
+          "tool_calls": [ToolCall(name="weather", arguments='{"city": "Paris"}')]},
+         {"role": "tool", "name": "weather", "content": "18 C"}, {"role": "assistant", "content": "18 C."}],
+        [{"role": "assistant", "content": "Sunny."}])  # type: ignore[list-item]
+    text = comparison_to_messages(with_tools)[0]["content"]
+    assert ('[Response A]\nAssistant: (thinking: Ask the tool.)\n-> weather({"city": "Paris"})\n\n'
+            "Tool (weather): 18 C\n\nAssistant: 18 C.\n\n[Response B]\nAssistant: Sunny.") in text
+
+
 def test_training_comparisons_drop_ties_and_add_swaps() -> None:
     a, tie = LabeledComparison(COMPARISON, "A"), LabeledComparison(COMPARISON, "Tie")
     assert training_comparisons([a, tie], swap=False) == [a]

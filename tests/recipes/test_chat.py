@@ -49,6 +49,7 @@ def _direct_answer(service_client, model_path: str, messages: list[Message], max
     return str(message["content"])
 
 
+@pytest.mark.usefixtures("quiet_root_logger")
 def test_prompt_answers_once_like_the_last_checkpoint_sampled_directly(
         run_folder: tuple[Path, str], service_client, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     folder, final_path = run_folder

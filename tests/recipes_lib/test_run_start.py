@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from recipes_lib.checkpoints import CheckpointRecord
-from recipes_lib.cli import eval_due, open_run, resume_step
+from recipes_lib.cli import eval_due, open_run, resume_step, save_due
 from recipes_lib.config import BackendConfig
 from recipes_lib.hyperparams import adam_params
 from recipes_lib.model_info import resolve_renderer_name
@@ -19,6 +19,12 @@ def test_evaluations_are_due_every_n_steps_but_not_before_the_last() -> None:
     assert [s for s in range(10) if eval_due(3, s, 10)] == [0, 3, 6]  # 9 is last: the final evaluation covers it
     assert [s for s in range(1) if eval_due(5, s, 1)] == [0]  # a one-step run still evaluates its start
     assert not any(eval_due(0, s, 10) for s in range(10))
+
+
+def test_periodic_checkpoints_follow_every_nth_step_but_not_the_last() -> None:
+    assert [done for done in range(1, 11) if save_due(4, done, 10)] == [4, 8]
+    assert [done for done in range(1, 11) if save_due(5, done, 10)] == [5]  # 10 is the final checkpoint's
+    assert not any(save_due(0, done, 10) for done in range(1, 11))
 
 
 def test_a_run_resumes_at_the_checkpoints_next_step() -> None:

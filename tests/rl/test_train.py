@@ -50,7 +50,7 @@ def test_a_run_logs_the_spec_metrics_transcripts_and_checkpoints(tmp_path: Path)
     assert rows[1]["progress/done_frac"] == 1.0 and rows[1]["optim/lr"] == 1e-3
     assert "test/env/all/correct" in rows[2]
     assert [(r.name, r.batch, r.final) for r in load_checkpoints(tmp_path)] == [
-        ("000001", 1, False), ("000002", 2, False), ("final", 2, True)]
+        ("000001", 1, False), ("final", 2, True)]  # the last step's checkpoint is the final one, saved once
     transcript = (tmp_path / "rollouts" / "iteration_000001.txt").read_text()
     assert "What is" in transcript and "[policy]" in transcript and "advantage" in transcript
 

@@ -40,6 +40,7 @@ def test_on_policy_distillation_through_server_equals_local(server: ThreadedServ
         assert row["optim/kl_sample_train_v1"] == pytest.approx(0.0, abs=1e-5) and row["teacher_kl"] > 0
 
 
+@pytest.mark.usefixtures("quiet_root_logger")
 def test_chat_through_server_equals_local(server: ThreadedServer, capsys: pytest.CaptureFixture[str]) -> None:
     # A random tiny model's answer may be blank lines; the two runs must print the same ones.
     argv = ["model_name=recipes/tiny-llama", "prompt=Write 12 in words.", "max_tokens=8"]

@@ -132,7 +132,11 @@ class AdapterHost:
 
     def remove(self, adapter: str) -> None:
         if self.peft_model is not None and adapter in self.peft_model.peft_config:
-            self.peft_model.delete_adapter(adapter)
+            with warnings.catch_warnings():
+                # peft warns that another adapter becomes the active one; every request here names
+                # the adapter it runs with, so which one is "active" between requests means nothing.
+                warnings.filterwarnings("ignore", message="Adapter .* was active which is now deleted")
+                self.peft_model.delete_adapter(adapter)
 
     def parameters(self, adapter: str) -> dict[str, nn.Parameter]:
         """The adapter's trainable tensors, keyed by their peft file names (stable, sorted)."""
