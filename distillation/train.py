@@ -33,10 +33,10 @@ from tinker import types
 from distillation.advantages import teacher_kl
 from distillation.data import Completion, completion_to_datum, teacher_targets_T
 from distillation.datasets import PromptDataset, PromptDatasetBuilder
-from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators
+from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators, run_evaluators_timed
 from eval.model_source import backend_for, open_model_source
 from recipes_lib.backends.protocols import SamplingClient, ServiceClient, TrainingClient
-from recipes_lib.checkpoints import save_checkpoint
+from recipes_lib.checkpoints import save_step_checkpoint
 from recipes_lib.cli import LogdirBehavior, eval_due, open_run, save_due, start_run
 from recipes_lib.config import BackendConfig, backend_field, check_positive
 from recipes_lib.exceptions import ConfigurationError
@@ -211,17 +211,11 @@ async def _loop(run: _Run) -> None:
 
 
 async def _evaluate(run: _Run, sampler: SamplingClient) -> dict[str, float]:
-    started = time.monotonic()
-    metrics = await run_evaluators(run.evaluators, run.training_client, lambda: sampler)
-    return {**metrics, "time/eval": time.monotonic() - started}
+    return await run_evaluators_timed(run.evaluators, run.training_client, sampler)
 
 
 async def _save(run: _Run, next_step: int, final: bool = False) -> dict[str, float]:
-    started = time.monotonic()
-    name = "final" if final else f"{next_step:06d}"
-    await asyncio.to_thread(save_checkpoint, run.training_client, run.config.log_path, name, next_step,
-                            0, "both", final)
-    return {"time/save": time.monotonic() - started}
+    return await save_step_checkpoint(run.training_client, run.config.log_path, next_step, final)
 
 
 async def _train_step(run: _Run, sampler: SamplingClient, prompts: list[Any], learning_rate: float) -> dict[str, float]:

@@ -7,6 +7,7 @@ keys carry its own prefix (`test/nll`, `test/exact_match`, ...), logged as they 
 - `SamplingClientEvaluator` samples from a snapshot of the current weights (e.g. accuracy).
 """
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
@@ -50,3 +51,14 @@ async def run_evaluators(
         else:
             metrics.update(await evaluator(training_client))
     return metrics
+
+
+async def run_evaluators_timed(
+    evaluators: Sequence[Evaluator],
+    training_client: TrainingClient,
+    sampling_client: SamplingClient,
+) -> dict[str, float]:
+    """`run_evaluators` on one sampling snapshot, with its wall time as `time/eval`."""
+    started = time.monotonic()
+    metrics = await run_evaluators(evaluators, training_client, lambda: sampling_client)
+    return {**metrics, "time/eval": time.monotonic() - started}

@@ -6,7 +6,9 @@ never replays it. Re-running a command on an existing log folder resumes from th
 has a `state_path` (weights and optimizer state).
 """
 
+import asyncio
 import json
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -71,6 +73,17 @@ def last_resumable(log_dir: Path | str) -> CheckpointRecord | None:
     """The last checkpoint with a `state_path`, or None for a fresh run."""
     resumable = [r for r in load_checkpoints(log_dir) if r.state_path]
     return resumable[-1] if resumable else None
+
+
+async def save_step_checkpoint(
+    training_client: TrainingClient, log_dir: Path | str, next_step: int, final: bool = False
+) -> dict[str, float]:
+    """Save state and sampler weights named after `next_step` (or "final") off the event loop;
+    returns the wall time as `time/save`. The RL and on-policy distillation loops use it."""
+    started = time.monotonic()
+    name = "final" if final else f"{next_step:06d}"
+    await asyncio.to_thread(save_checkpoint, training_client, log_dir, name, next_step, 0, "both", final)
+    return {"time/save": time.monotonic() - started}
 
 
 def save_checkpoint(

@@ -35,9 +35,9 @@ import chz
 import numpy as np
 from tinker import types
 
-from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators
+from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators_timed
 from recipes_lib.backends.protocols import Future, SamplingClient, ServiceClient, TrainingClient
-from recipes_lib.checkpoints import CheckpointRecord, save_checkpoint
+from recipes_lib.checkpoints import CheckpointRecord, save_step_checkpoint
 from recipes_lib.cli import LogdirBehavior, eval_due, open_run, save_due, start_run
 from recipes_lib.completers import TinkerTokenCompleter, TokenCompleter
 from recipes_lib.config import BackendConfig, backend_field, check_group_size, check_positive
@@ -272,17 +272,11 @@ async def _loop(run: _Run) -> None:
 
 
 async def _evaluate(run: _Run, sampler: SamplingClient) -> dict[str, float]:
-    started = time.monotonic()
-    metrics = await run_evaluators(run.evaluators, run.training_client, lambda: sampler)
-    return {**metrics, "time/eval": time.monotonic() - started}
+    return await run_evaluators_timed(run.evaluators, run.training_client, sampler)
 
 
 async def _save(run: _Run, next_step: int, final: bool = False) -> dict[str, float]:
-    started = time.monotonic()
-    name = "final" if final else f"{next_step:06d}"
-    await asyncio.to_thread(save_checkpoint, run.training_client, run.config.log_path, name, next_step,
-                            0, "both", final)
-    return {"time/save": time.monotonic() - started}
+    return await save_step_checkpoint(run.training_client, run.config.log_path, next_step, final)
 
 
 # -- one training step ---------------------------------------------------------------------------
