@@ -2,9 +2,7 @@
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-import tinker
 
 from distillation import train
 from recipes.distillation import on_policy
@@ -12,6 +10,7 @@ from recipes_lib.checkpoints import load_checkpoints, save_checkpoint
 from recipes_lib.cli import config_from_argv
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.logging import read_metrics
+from tests.lora_training import train_on_tokens
 
 TINY = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=2", "max_tokens=4",
         "dataset_builder.batch_size=2", "dataset_builder.num_prompts=8", "dataset_builder.num_heldout=3",
@@ -23,14 +22,7 @@ def teacher_run(tmp_path_factory: pytest.TempPathFactory, service_client) -> Pat
     """A run folder whose last sampler checkpoint is a tiny-llama LoRA trained a few steps on one sequence."""
     folder = tmp_path_factory.mktemp("teacher")
     client = service_client.create_lora_training_client("recipes/tiny-llama", rank=4, seed=0)
-    tokens = list(range(100, 120))
-    datum = tinker.types.Datum(
-        model_input=tinker.types.ModelInput.from_ints(tokens[:-1]),
-        loss_fn_inputs={"target_tokens": tinker.types.TensorData.from_numpy(np.asarray(tokens[1:], dtype=np.int64)),
-                        "weights": tinker.types.TensorData.from_numpy(np.ones(len(tokens) - 1, dtype=np.float32))})
-    for _ in range(3):
-        client.forward_backward([datum], "cross_entropy").result()
-        client.optim_step(tinker.types.AdamParams(learning_rate=1e-2)).result()
+    train_on_tokens(client, list(range(100, 120)), steps=3, learning_rate=1e-2)
     save_checkpoint(client, folder, "final", batch=3, kind="sampler", final=True)
     return folder
 

@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import chz
-import numpy as np
 import pytest
 import tinker
 
@@ -14,6 +13,7 @@ from recipes_lib.cli import config_from_argv
 from recipes_lib.exceptions import CheckpointError, ConfigurationError
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import Message, get_renderer
+from tests.lora_training import train_on_tokens
 
 MODEL = "recipes/tiny-llama"
 SYSTEM = "Answer in words."
@@ -24,16 +24,9 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory, service_client) -> tupl
     """A run folder with two sampler checkpoints (the second trained further) and a config.json."""
     folder = tmp_path_factory.mktemp("run")
     client = service_client.create_lora_training_client(MODEL, rank=4, seed=0)
-    tokens = list(range(300, 330))
-    datum = tinker.types.Datum(
-        model_input=tinker.types.ModelInput.from_ints(tokens[:-1]),
-        loss_fn_inputs={"target_tokens": tinker.types.TensorData.from_numpy(np.asarray(tokens[1:], dtype=np.int64)),
-                        "weights": tinker.types.TensorData.from_numpy(np.ones(len(tokens) - 1, dtype=np.float32))})
     paths = []
     for name in ("000001", "final"):
-        for _ in range(3):
-            client.forward_backward([datum], "cross_entropy").result()
-            client.optim_step(tinker.types.AdamParams(learning_rate=2e-2)).result()
+        train_on_tokens(client, list(range(300, 330)), steps=3, learning_rate=2e-2)
         paths.append(save_checkpoint(client, folder, name, batch=1, kind="sampler").sampler_path)
     (folder / "config.json").write_text(json.dumps({"model_name": MODEL, "renderer_name": "smollm2",
                                                     "dataset_builder": {"system_prompt": SYSTEM}}))

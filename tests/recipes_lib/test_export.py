@@ -13,6 +13,7 @@ from recipes_lib import export
 from recipes_lib.checkpoints import save_checkpoint
 from recipes_lib.cli import config_from_argv
 from recipes_lib.exceptions import CheckpointError, ConfigurationError
+from tests.lora_training import train_on_tokens
 
 MODEL = "recipes/tiny-llama"
 TOKENS = [1, 9690, 198, 2683, 3712, 30, 2, 198, 1, 520, 9531, 198]
@@ -24,14 +25,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory, service_client) -> tuple[P
     away from zero, and the engine's log-probs of TOKENS under it."""
     folder = tmp_path_factory.mktemp("run")
     client = service_client.create_lora_training_client(MODEL, rank=8, seed=0)
-    tokens = list(range(500, 540))
-    datum = tinker.types.Datum(
-        model_input=tinker.types.ModelInput.from_ints(tokens[:-1]),
-        loss_fn_inputs={"target_tokens": tinker.types.TensorData.from_numpy(np.asarray(tokens[1:], dtype=np.int64)),
-                        "weights": tinker.types.TensorData.from_numpy(np.ones(len(tokens) - 1, dtype=np.float32))})
-    for _ in range(5):
-        client.forward_backward([datum], "cross_entropy").result()
-        client.optim_step(tinker.types.AdamParams(learning_rate=5e-2)).result()
+    train_on_tokens(client, list(range(500, 540)), steps=5, learning_rate=5e-2)
     path = save_checkpoint(client, folder, "final", batch=5, kind="sampler", final=True).sampler_path
     assert path is not None
     logprobs = service_client.create_sampling_client(model_path=path).compute_logprobs(
