@@ -33,12 +33,15 @@ class TinkerMessageCompleter:
         max_tokens: int,
         stop_condition: StopCondition | None = None,
         temperature: float = 1.0,
+        warn_if_unparsed: bool = True,
     ) -> None:
+        """`warn_if_unparsed=False` for callers that count truncated or malformed replies themselves."""
         self.sampling_client = sampling_client
         self.renderer = renderer
         self.max_tokens = max_tokens
         self.stop_condition = stop_condition if stop_condition is not None else renderer.get_stop_sequences()
         self.temperature = temperature
+        self.warn_if_unparsed = warn_if_unparsed
 
     async def __call__(self, messages: list[Message]) -> Message:
         """The sampled assistant message (best effort when it is truncated or malformed)."""
@@ -48,7 +51,7 @@ class TinkerMessageCompleter:
         )
         response = await self.sampling_client.sample(prompt=prompt, num_samples=1, sampling_params=params)
         message, ok = self.renderer.parse_response(response.sequences[0].tokens)
-        if not ok:
+        if not ok and self.warn_if_unparsed:
             logger.warning(
                 "Sampled message did not parse cleanly (truncated or malformed): %r", message["content"]
             )

@@ -258,7 +258,9 @@ class TwentyQuestionsDatasetBuilder(RLDatasetBuilder):
         name = self.answerer_model_name or self.model_name_for_tokenizer
         client = make_service_client(self.backend).create_sampling_client(base_model=name)
         renderer = renderer_for(name, self.answerer_renderer_name)
-        return TinkerMessageCompleter(client, renderer, max_tokens=self.answerer_max_tokens, temperature=0.0)
+        # A cut-off answer is normal here and counted in `unclear_answers`: no warning per answer.
+        return TinkerMessageCompleter(client, renderer, max_tokens=self.answerer_max_tokens, temperature=0.0,
+                                      warn_if_unparsed=False)
 
     def _secrets(self, words: Sequence[str], n_batches: int) -> list[str]:
         """`batch_size * n_batches` secrets: passes over the words, each pass freshly shuffled."""

@@ -112,3 +112,13 @@ def test_message_completer_warns_on_truncated_output(caplog: pytest.LogCaptureFi
         )
     assert reply == {"role": "assistant", "content": "Half a sen"}
     assert "did not parse cleanly" in caplog.text
+
+
+def test_message_completer_can_leave_truncation_to_its_caller(caplog: pytest.LogCaptureFixture) -> None:
+    renderer = get_renderer("smollm2", get_tokenizer("recipes/tiny-llama"))
+    client = FakeSamplingClient(renderer.encode("Half a sen"), stop_reason="length")
+    completer = TinkerMessageCompleter(client, renderer, max_tokens=4, warn_if_unparsed=False)
+    with caplog.at_level(logging.WARNING, logger="renderers.completers"):
+        reply = asyncio.run(completer([{"role": "user", "content": "Hi"}]))
+    assert reply == {"role": "assistant", "content": "Half a sen"}
+    assert "did not parse cleanly" not in caplog.text
