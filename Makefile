@@ -30,8 +30,17 @@ test: setup
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
-bench: setup
-	$(BIN)/python -m recipes_lib.bench server=True
+# Speed against the machine's peak and the peers (TRL from the `[bench]` extra, installed here; the bench
+# skips TRL's rows, saying so, where it is absent). More settings: `make bench BENCH_ARGS="repeats=3 json_path=bench.json"`.
+BENCH_STAMP := $(VENV)/.bench-stamp
+BENCH_ARGS ?=
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"
+	touch $(BENCH_STAMP)
+
+bench: setup $(BENCH_STAMP)
+	$(BIN)/python -m recipes_lib.bench server=True $(BENCH_ARGS)
 
 # The README's learning figures (sl_basic, rl_basic, dpo_basic, prompt distillation, each at its defaults),
 # written to docs/figures.md with the date.

@@ -1,10 +1,16 @@
-"""A sampled completion and the teacher's view of it -> one `importance_sampling` datum (pure).
+"""A sampled completion and the teacher's view of it -> training datums (pure).
 
-Over the full sequence `prompt + completion` (T+1 tokens), the datum's input is `tokens[:-1]` and
-each loss input is aligned with the targets `tokens[1:]`:
+Over the full sequence `prompt + completion` (T+1 tokens), a datum's input is `tokens[:-1]` and
+each loss input is aligned with the targets `tokens[1:]`. The `importance_sampling` datum:
 
     prompt targets:      logprob 0, advantage 0, mask 0   (context, not trained)
     completion targets:  the sampler's logprob, coef * (baseline - (student - teacher) logprob), mask 1
+
+With the teacher's top-k log-probs at each position, `forward_kl_data` adds k `cross_entropy`
+datums on the same input: the j-th has the teacher's j-th likeliest token as target and
+`coef * p_teacher(token)` as weight on completion positions (0 on the prompt). Their summed loss is
+`-coef * sum_t sum_j p_teacher(j|t) log p_student(j|t)`, the cross-entropy part of the forward
+KL(teacher || student) restricted to the teacher's top k, at the prefixes the student wrote itself.
 """
 
 from collections.abc import Sequence
@@ -12,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import tinker
+from tinker.types.topk_logprobs import TopkLogprobs
 
 from distillation.advantages import reverse_kl_advantages
 from recipes_lib.exceptions import DataFormatError
@@ -75,3 +82,58 @@ def completion_to_datum(
         },
     )
     return datum, mask_T.astype(np.float32)
+
+
+def forward_kl_data(
+    completion: Completion, teacher_topk: TopkLogprobs, coef: float, until_divergence: bool = False
+) -> list[tinker.types.Datum]:
+    """One `cross_entropy` datum per top-k rank: the teacher's j-th token, weighted by its probability.
+
+    `teacher_topk` is the teacher's top-k over the whole sequence, shape (len(sequence), k), row i
+    the distribution of token i given tokens[:i] (row 0 has no context). Target t predicts token
+    t+1, so it reads row t+1. Rows the teacher left empty (log-prob -99999) weigh 0.
+
+    With `until_divergence`, positions after the first sampled token that is not the teacher's
+    likeliest weigh 0: that position is where the student left the teacher's path and is taught its
+    way back; after it the teacher only says how to go on with an answer already wrong.
+    """
+    sequence = completion.sequence
+    ids_L_K, logprobs_L_K = np.asarray(teacher_topk.token_ids), np.asarray(teacher_topk.logprobs, np.float64)
+    if ids_L_K.shape != logprobs_L_K.shape or ids_L_K.ndim != 2 or ids_L_K.shape[0] != len(sequence):
+        raise DataFormatError(f"The teacher's top-k has shape {ids_L_K.shape} for a sequence of {len(sequence)} "
+                              "tokens; expected (sequence length, k).")
+    _, mask_T = completion.targets_T()
+    if until_divergence:
+        misses = np.flatnonzero((mask_T > 0) & (ids_L_K[1:, 0] != np.asarray(sequence[1:])))
+        if misses.size:
+            mask_T = mask_T.copy()
+            mask_T[misses[0] + 1 :] = 0.0
+    model_input = tinker.types.ModelInput.from_ints(sequence[:-1])
+    data = []
+    for rank in range(ids_L_K.shape[1]):
+        weights_T = coef * np.exp(logprobs_L_K[1:, rank]) * mask_T
+        data.append(tinker.types.Datum(
+            model_input=model_input,
+            loss_fn_inputs={
+                "target_tokens": tinker.types.TensorData.from_numpy(ids_L_K[1:, rank].astype(np.int64)),
+                "weights": tinker.types.TensorData.from_numpy(weights_T.astype(np.float32)),
+            },
+        ))
+    return data
+
+
+def forward_kl_topk(weights_D: Sequence[np.ndarray], student_logprobs_D: Sequence[np.ndarray], coef: float,
+                    num_tokens: float) -> float:
+    """Mean over sampled tokens of `sum_j p_teacher(j) (log p_teacher(j) - log p_student(j))`, top-k only.
+
+    `weights_D` are the cross-entropy datums' weights (`coef * p_teacher`) and `student_logprobs_D`
+    the trainer's log-probs of their targets, both (T,) per datum.
+    """
+    if coef <= 0 or num_tokens <= 0:
+        return 0.0
+    total = 0.0
+    for weights_T, student_T in zip(weights_D, student_logprobs_D, strict=True):
+        p_T = np.asarray(weights_T, np.float64) / coef
+        keep = p_T > 0
+        total += float(np.sum(p_T[keep] * (np.log(p_T[keep]) - np.asarray(student_T, np.float64)[keep])))
+    return total / num_tokens

@@ -10,10 +10,16 @@ Each step:
 3. each sampled token's advantage is `-kl_penalty_coef * (student_logprob - teacher_logprob)`, the
    negative per-token reverse KL (optionally plus the batch's mean KL as a baseline, `center_kl`;
    see `distillation.advantages`), and the student trains on it with the `importance_sampling` loss
-   (one `forward_backward` + `optim_step`).
+   (one `forward_backward` + `optim_step`);
+4. with `forward_kl_topk=k > 0` the teacher also returns its k likeliest tokens at each position of
+   the student's answer, and a second `forward_backward` (`cross_entropy`, before the same
+   `optim_step`) trains the student towards them, weighted by the teacher's probability: a top-k
+   forward KL on the student's own prefixes. The sampled-token reverse KL alone cannot move a
+   student that is already sure of a wrong token (its gradient vanishes as the token's probability
+   nears 1); the teacher's distribution names the right one.
 
 Logged per step: `teacher_kl` (the mean per-token reverse KL of the batch, which falls as the
-student learns), `optim/entropy`, `optim/kl_sample_train_v1|v2`, `completion_tokens`, `optim/lr` (with `lr_schedule`),
+student learns), `forward_kl_topk` (with `forward_kl_topk > 0`), `optim/entropy`, `optim/kl_sample_train_v1|v2`, `completion_tokens`, `optim/lr` (with `lr_schedule`),
 `progress/done_frac` and `time/...`. The evaluators (e.g. held-out exact match, `test/exact_match`)
 run every `eval_every` steps and after the last; on a fresh run they also score the teacher once
 (`teacher/test/exact_match`), the level the student is distilled towards. Checkpoints every
@@ -29,9 +35,16 @@ from typing import Any, Literal
 import chz
 import numpy as np
 from tinker import types
+from tinker.types.topk_logprobs import TopkLogprobs
 
 from distillation.advantages import teacher_kl
-from distillation.data import Completion, completion_to_datum, teacher_targets_T
+from distillation.data import (
+    Completion,
+    completion_to_datum,
+    forward_kl_data,
+    forward_kl_topk,
+    teacher_targets_T,
+)
 from distillation.datasets import PromptDataset, PromptDatasetBuilder
 from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators, run_evaluators_timed
 from eval.model_source import backend_for, open_model_source
@@ -87,6 +100,15 @@ class Config:
     kl_discount_factor: float = 0.0
     # Subtract the batch's mean KL from each token's (a baseline; see distillation.advantages).
     center_kl: bool = False
+    # k > 0: also train on the teacher's k likeliest tokens at each position of the student's answers
+    # (cross-entropy weighted by the teacher's probability, i.e. a top-k forward KL on the student's
+    # own prefixes; costs k more datums per answer). 0: the sampled-token reverse KL only.
+    forward_kl_topk: int = 0
+    # Weight of that forward-KL term against the reverse-KL advantages.
+    forward_kl_coef: float = 1.0
+    # Train the forward-KL term only up to the first sampled token that is not the teacher's likeliest
+    # (that token included): after it, the teacher's tokens continue an answer that is already wrong.
+    forward_kl_until_divergence: bool = False
     # How the learning rate moves over the run: constant, or a linear/cosine decay to 0.
     lr_schedule: LRSchedule = "constant"
     loss_fn: LossFn = "importance_sampling"
@@ -120,6 +142,7 @@ class Config:
                                      f"teacher_log_path=<run folder> or teacher_model_name=<base model>; got "
                                      f"{given or 'none'}.")
         for key, value in {"kl_penalty_coef": self.kl_penalty_coef, "eval_every": self.eval_every,
+                           "forward_kl_topk": self.forward_kl_topk, "forward_kl_coef": self.forward_kl_coef,
                            "save_every": self.save_every, "temperature": self.temperature}.items():
             if value < 0:
                 raise ConfigurationError(f"{key} must be >= 0, got {value}.")
@@ -225,31 +248,51 @@ async def _train_step(run: _Run, sampler: SamplingClient, prompts: list[Any], le
     completions = await sample_completions(sampler, run.renderer, prompts, config.group_size, config.max_tokens,
                                            config.temperature)
     sampled = time.monotonic()
-    teacher_T = await score_with_teacher(run.teacher, completions)
+    teacher_T, topk_D = await score_with_teacher(run.teacher, completions, config.forward_kl_topk)
     scored = time.monotonic()
+    metrics = await _train(run, completions, teacher_T, topk_D, learning_rate)
+    metrics.update({
+        "completion_tokens": float(np.mean([len(c.tokens) for c in completions])),
+        "num_tokens": float(sum(len(c.sequence) for c in completions)),  # prompts + answers, for tokens/s
+        "time/sample": sampled - started,
+        "time/teacher": scored - sampled,
+        "time/train": time.monotonic() - scored,
+    })
+    return metrics
+
+
+async def _train(run: _Run, completions: list[Completion], teacher_T: list[np.ndarray], topk_D: list[TopkLogprobs],
+                 learning_rate: float) -> dict[str, float]:
+    """The reverse-KL `importance_sampling` pass, the top-k forward-KL `cross_entropy` pass if the
+    teacher sent top-k, then one `optim_step`. With `kl_penalty_coef=0` and top-k the first pass would
+    carry no gradient (every advantage 0), so it is left out."""
+    config, client = run.config, run.training_client
     student_D = [c.targets_T()[0] for c in completions]
     masks_D = [c.targets_T()[1] for c in completions]
     batch_kl = teacher_kl(student_D, teacher_T, masks_D)
     baseline = batch_kl if config.center_kl else 0.0
     pairs = [completion_to_datum(c, t, config.kl_penalty_coef, config.kl_discount_factor, baseline)
-             for c, t in zip(completions, teacher_T, strict=True)]
+             for c, t in zip(completions, teacher_T, strict=True)] if config.kl_penalty_coef > 0 or not topk_D else []
     data_D, masks_D = [d for d, _ in pairs], [m for _, m in pairs]
-    adam = adam_params(learning_rate)
-    forward_backward = run.training_client.forward_backward(data_D, config.loss_fn, config.loss_fn_config)
-    optim = run.training_client.optim_step(adam)
-    output = await forward_backward
+    forward_kl_D = [datum for completion, topk in zip(completions, topk_D, strict=True)
+                    for datum in forward_kl_data(completion, topk, config.forward_kl_coef,
+                                                config.forward_kl_until_divergence)] if topk_D else []
+    reverse_pass = client.forward_backward(data_D, config.loss_fn, config.loss_fn_config) if data_D else None
+    forward_pass = client.forward_backward(forward_kl_D, "cross_entropy") if forward_kl_D else None
+    optim = client.optim_step(adam_params(learning_rate))
+    metrics = {"teacher_kl": batch_kl, "optim/num_datums": float(len(data_D) + len(forward_kl_D))}
+    if reverse_pass is not None:
+        output = await reverse_pass
+        metrics.update(compute_kl_sample_train(data_D, masks_D, [o["logprobs"].to_numpy() for o in output.loss_fn_outputs]))
+        metrics["optim/loss_sum"] = float(output.metrics.get("loss:sum", 0.0))
+    if forward_pass is not None:
+        output = await forward_pass
+        metrics["forward_kl_topk"] = forward_kl_topk(
+            [d.loss_fn_inputs["weights"].to_numpy() for d in forward_kl_D],
+            [o["logprobs"].to_numpy() for o in output.loss_fn_outputs],
+            config.forward_kl_coef, sum(float(c.targets_T()[1].sum()) for c in completions))
+        metrics["optim/forward_kl_loss_sum"] = float(output.metrics.get("loss:sum", 0.0))
     await optim
-    trainer_D = [np.asarray(o["logprobs"].to_numpy()) for o in output.loss_fn_outputs]
-    metrics = compute_kl_sample_train(data_D, masks_D, trainer_D)
-    metrics.update({
-        "teacher_kl": batch_kl,
-        "completion_tokens": float(np.mean([len(c.tokens) for c in completions])),
-        "optim/num_datums": float(len(data_D)),
-        "optim/loss_sum": float(output.metrics.get("loss:sum", 0.0)),
-        "time/sample": sampled - started,
-        "time/teacher": scored - sampled,
-        "time/train": time.monotonic() - scored,
-    })
     return metrics
 
 
@@ -273,8 +316,29 @@ async def sample_completions(
     return completions
 
 
-async def score_with_teacher(teacher: SamplingClient, completions: list[Completion]) -> list[np.ndarray]:
-    """The teacher's log-prob of each target token of each completion, shape (T,) each."""
-    scored = await asyncio.gather(*(teacher.compute_logprobs(types.ModelInput.from_ints(c.sequence))
-                                    for c in completions))
-    return [teacher_targets_T(c, logprobs) for c, logprobs in zip(completions, scored, strict=True)]
+async def score_with_teacher(
+    teacher: SamplingClient, completions: list[Completion], topk: int = 0
+) -> tuple[list[np.ndarray], list[TopkLogprobs]]:
+    """The teacher's log-prob of each target token of each completion, shape (T,) each, and with
+    `topk > 0` its top-k at every position of each sequence (else an empty list).
+
+    Top-k comes from `sample(..., include_prompt_logprobs=True, topk_prompt_logprobs=k)` on the
+    sequence, which the hosted API and the local engine both serve; the one token it samples is unused.
+    """
+    if topk == 0:
+        scored = await asyncio.gather(*(teacher.compute_logprobs(types.ModelInput.from_ints(c.sequence))
+                                        for c in completions))
+        return [teacher_targets_T(c, logprobs) for c, logprobs in zip(completions, scored, strict=True)], []
+    params = types.SamplingParams(max_tokens=1, temperature=1.0)
+    responses = await asyncio.gather(*(
+        teacher.sample(types.ModelInput.from_ints(c.sequence), 1, params, include_prompt_logprobs=True,
+                       topk_prompt_logprobs=topk)
+        for c in completions))
+    teacher_T, topk_D = [], []
+    for completion, response in zip(completions, responses, strict=True):
+        if response.prompt_logprobs is None or response.topk_prompt_logprobs_np is None:
+            raise ConfigurationError("The teacher's sampler returned no prompt log-probs; forward_kl_topk needs "
+                                     "a backend that serves include_prompt_logprobs and topk_prompt_logprobs.")
+        teacher_T.append(teacher_targets_T(completion, response.prompt_logprobs))
+        topk_D.append(response.topk_prompt_logprobs_np)
+    return teacher_T, topk_D

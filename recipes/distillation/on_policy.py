@@ -8,12 +8,15 @@
     python -m recipes.distillation.on_policy backend=tinker model_name=... teacher_model_path=tinker://...
     python -m recipes.distillation.on_policy --help             # every key, with its value
 
-The student never sees an answer: it answers "Write 4072 in words." itself, the teacher scores each
-of its tokens with `compute_logprobs`, and the per-token reverse KL (student minus teacher
-log-prob) is the student's negative advantage under the `importance_sampling` loss. `teacher_kl`
-falls as the student comes to write what the teacher would; held-out exact match
-(`test/exact_match`, the same 48 numbers `make demo` holds out) rises from the base model's towards
-the teacher's (`teacher/test/exact_match`, measured once at the start).
+The student never sees an answer: it answers "Write 4072 in words." itself and the teacher scores
+each of its tokens. By default the student trains towards the teacher's two likeliest tokens at
+each position of its answer, weighted by the teacher's probability, up to the first token the
+teacher would not have written (a top-k forward KL on the student's own answers); `teacher_kl`, the
+per-token reverse KL (student minus teacher log-prob), is logged and falls as the student learns.
+`kl_penalty_coef=1 forward_kl_topk=0` trains on the reverse KL alone, as the student's negative
+advantage under `importance_sampling` (the cookbook's method; it stalls at ~50 % here, see the
+README). Held-out exact match (`test/exact_match`, the same 48 numbers `make demo` holds out) rises
+from the base model's towards the teacher's (`teacher/test/exact_match`, measured once at the start).
 """
 
 from pathlib import Path
@@ -40,17 +43,23 @@ def build_config() -> chz.Blueprint[train.Config]:
         "renderer_name": None,  # set explicitly so the builders below can follow it
         "teacher_log_path": DEMO_RUN,
         "dataset_builder": NumberWordsPromptsBuilder,
-        # 60 steps of 8 prompts, 4 answers each: 8 min on 2 cores, 0 % -> 50 % held-out exact match.
-        "dataset_builder.batch_size": 8,
-        "dataset_builder.num_prompts": 480,
+        # 55 steps of 32 prompts, one answer each: distinct prompts teach more than repeated answers.
+        "dataset_builder.batch_size": 32,
+        "dataset_builder.num_prompts": 1760,
         "dataset_builder.num_heldout": 48,
         "dataset_builder.seed": 0,
         "dataset_builder.system_prompt": SYSTEM_PROMPT,  # the prompt the teacher was trained with
-        "group_size": 4,
+        "group_size": 1,
         # The longest answer is 8 tokens with <|im_end|>; a rambling base-model answer is cut here.
         "max_tokens": 16,
-        # As `make demo`: 1e-3 decaying linearly to 0. A constant 1e-3 reached 29 % held-out exact
-        # match in 20 steps, then fell back to 12 % by step 30.
+        # The sampled-token reverse KL stalls at ~50 % here, alone or beside the forward KL (see the
+        # README); the teacher's top 2 at each position of the student's answers, up to the first token
+        # the teacher would not have written, carry the run to the teacher's level. The reverse KL is
+        # still measured (`teacher_kl`); kl_penalty_coef=1 forward_kl_topk=0 trains on it alone.
+        "kl_penalty_coef": 0.0,
+        "forward_kl_topk": 2,
+        "forward_kl_until_divergence": True,
+        # As `make demo`: 1e-3 decaying linearly to 0.
         "learning_rate": 1e-3,
         "lr_schedule": "linear",
         "eval_every": 10,

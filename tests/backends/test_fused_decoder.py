@@ -191,8 +191,7 @@ def test_other_architectures_sample_from_their_own_logits() -> None:
     config = Gemma2Config(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, final_logit_softcapping=0.5)
     model = Gemma2ForCausalLM(config).eval()
-    weights = {n: m.weight for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-    sampler = SamplerModel(model, weights, Precision(torch.device("cpu"), None, torch.float32))
+    sampler = SamplerModel(model, Precision(torch.device("cpu"), None, torch.float32))
     assert sampler.decoder is None
     prompt = [5, 9, 17, 33]
     [[row]] = generate(sampler, [SampleJob(prompt, 1, types.SamplingParams(max_tokens=2, temperature=0.0))], None, 64)

@@ -136,6 +136,34 @@ def test_concurrent_samples_batch_and_keep_their_parameters(trained, tiny_tokeni
         assert [s.tokens for s in response.sequences] == [s.tokens for s in alone.sequences]
 
 
+def test_concurrent_prompt_logprobs_equal_compute_logprobs(trained, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """Prompt log-probs of concurrent requests (scored together) equal each prompt's own scoring."""
+    sampler = trained.save_weights_and_get_sampling_client()
+    texts = ("Hi", "The quick brown fox jumps", "a b c d e f g", "Hi")
+    prompts = [types.ModelInput.from_ints(tiny_tokenizer.encode(t)) for t in texts]
+    asks = [(True, 0), (True, 3), (False, 2), (False, 0)]  # (include_prompt_logprobs, topk_prompt_logprobs)
+    params = types.SamplingParams(max_tokens=1, seed=0)
+
+    async def run() -> list[types.SampleResponse]:
+        return list(await asyncio.gather(*(
+            sampler.sample(p, 1, params, include_prompt_logprobs=lp, topk_prompt_logprobs=k)
+            for p, (lp, k) in zip(prompts, asks, strict=True))))
+
+    for prompt, (include, topk), response in zip(prompts, asks, asyncio.run(run()), strict=True):
+        if not include and topk == 0:
+            assert response.prompt_logprobs is None and response.topk_prompt_logprobs is None
+            continue
+        expected = sampler.compute_logprobs(prompt).result()
+        assert response.prompt_logprobs[0] is None and expected[0] is None
+        assert response.prompt_logprobs[1:] == pytest.approx(expected[1:], abs=1e-5)
+        if topk:
+            rows = response.topk_prompt_logprobs[1:]
+            assert all(len(row) == topk for row in rows)
+            for row, own in zip(rows, expected[1:], strict=True):
+                values = [value for _, value in row]
+                assert values == sorted(values, reverse=True) and values[0] >= own - 1e-5
+
+
 def test_state_round_trip_continues_exactly(service_client, datums) -> None:  # type: ignore[no-untyped-def]
     original = service_client.create_lora_training_client(MODEL, rank=4, seed=5)
     for _ in range(2):

@@ -124,3 +124,24 @@ def test_bad_loss_inputs_name_the_datum_and_key(client, data) -> None:  # type: 
                        loss_fn_inputs={"target_tokens": [2, 3], "weights": [1.0, 1.0]})
     with pytest.raises(DataFormatError, match="outside"):
         client.forward_backward([huge], "cross_entropy")
+
+
+def test_datums_sharing_an_input_train_as_if_sent_apart(service_client, data) -> None:  # type: ignore[no-untyped-def]
+    """The trainer runs one decoder pass per distinct input; the gradients still add up per datum."""
+    shared, other = data
+    second_targets = dict(shared, targets=shared["targets"][::-1].copy())  # same input, other targets
+    batch = [to_datum(d, ("weights",)) for d in (shared, other, second_targets)]
+    together = service_client.create_lora_training_client(MODEL, rank=4, seed=1)
+    apart = service_client.create_lora_training_client(MODEL, rank=4, seed=1)
+    step = types.AdamParams(learning_rate=1e-2)
+    losses = [together.forward_backward(batch, "cross_entropy").result().metrics["loss:sum"]]
+    together.optim_step(step).result()
+    losses.append(sum(apart.forward_backward([datum], "cross_entropy").result().metrics["loss:sum"] for datum in batch))
+    apart.optim_step(step).result()
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    after = [client.forward(batch, "cross_entropy").result().loss_fn_outputs for client in (together, apart)]
+    for mine, theirs in zip(*after, strict=True):
+        np.testing.assert_allclose(mine["logprobs"].to_numpy(), theirs["logprobs"].to_numpy(), atol=1e-5)
+    # The step moved the adapter, so the comparison above is not between two untrained models.
+    before = reference_logprobs(shared["tokens"].tolist(), shared["targets"].tolist())
+    assert np.abs(after[0][0]["logprobs"].to_numpy() - before).max() > 1e-3

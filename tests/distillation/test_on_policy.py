@@ -27,18 +27,24 @@ def teacher_run(tmp_path_factory: pytest.TempPathFactory, service_client) -> Pat
     return folder
 
 
-@pytest.mark.parametrize("center", ["false", "true"])
-def test_two_steps_with_a_checkpoint_teacher(tmp_path: Path, teacher_run: Path, center: str) -> None:
-    config = config_from_argv(on_policy.build_config(), [*TINY, f"log_path={tmp_path}", f"center_kl={center}",
+@pytest.mark.parametrize("mode", ["defaults", "reverse_kl"])
+def test_two_steps_with_a_checkpoint_teacher(tmp_path: Path, teacher_run: Path, mode: str) -> None:
+    # The recipe's defaults (the teacher's top 2 until the divergence) and the cookbook's reverse KL alone.
+    extra = [] if mode == "defaults" else ["kl_penalty_coef=1", "forward_kl_topk=0", "center_kl=true"]
+    config = config_from_argv(on_policy.build_config(), [*TINY, f"log_path={tmp_path}", *extra,
                                                          f"teacher_log_path={teacher_run}"])
     on_policy.main(config)
     rows = read_metrics(tmp_path)
     assert [row["step"] for row in rows] == [0, 0, 1, 2]  # the teacher's eval, two steps, the final eval
     assert set(rows[0]) == {"step", "teacher/test/exact_match"}
     for row in rows[1:3]:
-        # A one-sample estimate may be negative, but the trained teacher is not the student.
-        assert row["optim/num_datums"] <= 4
-        assert abs(row["optim/kl_sample_train_v1"]) < 1e-4  # sampler and trainer agree in fp32
+        assert 0 < row["num_tokens"] and row["completion_tokens"] <= 4
+        if mode == "defaults":  # two cross-entropy datums per answer, no importance-sampling pass
+            assert row["optim/num_datums"] <= 8 and row["optim/num_datums"] % 2 == 0
+            assert "forward_kl_topk" in row and "optim/kl_sample_train_v1" not in row
+        else:
+            assert row["optim/num_datums"] <= 4 and "forward_kl_topk" not in row
+            assert abs(row["optim/kl_sample_train_v1"]) < 1e-4  # sampler and trainer agree in fp32
     # A one-sample KL estimate per step may be near 0 by chance (7e-6 seen with center_kl); over both
     # steps the trained teacher must differ from the student.
     assert max(abs(row["teacher_kl"]) for row in rows[1:3]) > 1e-6
@@ -50,10 +56,30 @@ def test_two_steps_with_a_checkpoint_teacher(tmp_path: Path, teacher_run: Path, 
 def test_teacher_equal_to_the_student_gives_zero_kl(tmp_path: Path) -> None:
     """A fresh LoRA starts equal to its base (B = 0): scored by that base, every token's KL is 0."""
     argv = [*TINY, f"log_path={tmp_path}", "teacher_log_path=None", "teacher_model_name=recipes/tiny-llama",
-            "max_steps=1", "evaluate_teacher=False", "eval_every=0"]
+            "max_steps=1", "evaluate_teacher=False", "eval_every=0", "kl_penalty_coef=1"]
     train.main(config_from_argv(on_policy.build_config(), argv))
     (row,) = read_metrics(tmp_path)
     assert abs(row["teacher_kl"]) < 1e-5 and abs(row["optim/loss_sum"]) < 1e-3
+    assert abs(row["forward_kl_topk"]) < 1e-5
+
+
+def test_forward_kl_topk_trains_on_the_teachers_top_tokens(tmp_path: Path, teacher_run: Path) -> None:
+    """With forward_kl_topk=3 each answer adds 3 cross-entropy datums; against its own base the term is 0."""
+    argv = [*TINY, f"log_path={tmp_path}", "teacher_log_path=None", "teacher_model_name=recipes/tiny-llama",
+            "max_steps=1", "evaluate_teacher=False", "eval_every=0", "forward_kl_topk=3", "kl_penalty_coef=1"]
+    train.main(config_from_argv(on_policy.build_config(), argv))
+    (row,) = read_metrics(tmp_path)
+    assert abs(row["forward_kl_topk"]) < 1e-5 and row["optim/forward_kl_loss_sum"] > 0
+    assert row["optim/num_datums"] % 4 == 0 and "optim/kl_sample_train_v1" in row  # 1 + 3 datums per answer
+    # Against the trained teacher the term is positive. With kl_penalty_coef=0 it trains alone: the
+    # importance-sampling pass, all of whose advantages would be 0, is not sent.
+    argv = [*TINY, f"log_path={tmp_path / 'trained'}", f"teacher_log_path={teacher_run}", "max_steps=1",
+            "evaluate_teacher=False", "eval_every=0", "forward_kl_topk=3", "kl_penalty_coef=0",
+            "forward_kl_until_divergence=false"]
+    train.main(config_from_argv(on_policy.build_config(), argv))
+    (row,) = read_metrics(tmp_path / "trained")
+    assert row["forward_kl_topk"] > 1e-4 and row["teacher_kl"] != 0
+    assert row["optim/num_datums"] % 3 == 0 and "optim/kl_sample_train_v1" not in row
 
 
 def test_exactly_one_teacher_is_required(tmp_path: Path) -> None:

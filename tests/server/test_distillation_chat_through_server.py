@@ -19,7 +19,7 @@ from tests.server.test_recipes_through_server import LOCAL, _tinker, assert_same
 DISTILL = ["model_name=recipes/tiny-llama", "teacher_log_path=None", "teacher_model_name=recipes/tiny-qwen3",
            "max_steps=2", "max_tokens=4", "temperature=0.0", "dataset_builder.batch_size=2",
            "dataset_builder.num_prompts=8", "dataset_builder.num_heldout=3", "group_size=2", "eval_every=1",
-           "evaluator_builders.0.max_tokens=4"]
+           "evaluator_builders.0.max_tokens=4", "kl_penalty_coef=1"]  # with the defaults' top-2 forward KL
 
 
 def test_on_policy_distillation_through_server_equals_local(server: ThreadedServer, tmp_path: Path) -> None:
@@ -36,8 +36,9 @@ def test_on_policy_distillation_through_server_equals_local(server: ThreadedServ
     assert_same_metrics(runs["local"][:2], runs["served"][:2])
     for local, served in zip(runs["local"][2:], runs["served"][2:], strict=True):
         assert local.keys() == served.keys()
-    for row in (runs["local"][2], runs["served"][2]):
+    for row in (runs["local"][2], runs["served"][2]):  # both terms; the teacher's top-k came over the wire
         assert row["optim/kl_sample_train_v1"] == pytest.approx(0.0, abs=1e-5) and row["teacher_kl"] > 0
+        assert row["forward_kl_topk"] != 0
 
 
 @pytest.mark.usefixtures("quiet_root_logger")

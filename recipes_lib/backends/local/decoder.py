@@ -6,11 +6,14 @@ the KV cache by concatenation and running seven projections (plus fourteen LoRA 
 layer. This step computes the same function with
 
 - fused projections: q/k/v in one matmul and gate/up in one. The fused weight is the storage:
-  the model's own `nn.Linear` weights become views into it, so the Hugging Face forward (used for
-  prefill and scoring) and this step always read the same numbers;
+  the model's own `nn.Linear` weights are views into it (`share_fused_storage`, done once when the
+  base model loads, so the trainer, the sampler's Hugging Face forward and this step all read one
+  copy of the base weights, which this step never writes);
 - on a CPU, weights re-laid out once for oneDNN's small-batch matmul (1.4-2x faster per matmul);
+  this packed copy is the decoder's only copy of the weights;
 - a LoRA delta kept beside the weights (the bf16 sampler) fused the same way: A stacked, B
-  block-diagonal, its products rounded as the sampler's own forward rounds them;
+  block-diagonal, its products rounded as the sampler's own forward rounds them; or, in fp32,
+  merged into the packed copy (base-model decode speed; the shared weights stay untouched);
 - a KV cache grown in large steps and written in place (fp32, one tensor for all layers), and the
   one-query attention computed directly in fp32, which at these sizes is ~3x faster on a CPU than
   torch's fused attention kernel.
@@ -27,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from recipes_lib.backends.local.logits import logit_processing
+from recipes_lib.backends.local.memory import return_freed_memory
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
@@ -52,36 +56,104 @@ def supports(model: nn.Module) -> bool:
     return True
 
 
+FUSED_GROUPS = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up_proj")))
+
+
+def share_fused_storage(model: nn.Module) -> None:
+    """Store each layer's q/k/v weights (and biases) in one tensor, and gate/up in one.
+
+    The `nn.Linear` weights become row-slices of it (contiguous, so every matmul reads them as
+    before); `FusedDecoder` then fuses them without copying. Call it once on a base model, before
+    any adapter wraps its Linears, so the trainer and the sampler share these tensors.
+    """
+    if not supports(model):
+        return
+    for layer in model.model.layers:  # type: ignore[union-attr]
+        for parent, names in FUSED_GROUPS:
+            _fused_weight([getattr(getattr(layer, parent), name) for name in names])
+
+
+def _fused_weight(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One tensor holding the weights of `linears` stacked by rows (and one for their biases).
+
+    Where the weights already are consecutive row-slices of one tensor (or there is one Linear),
+    that tensor is returned as is; otherwise the weights are copied into a new tensor and the
+    Linears are rewired to views of it.
+    """
+    weights = [linear.weight.detach() for linear in linears]
+    biases = [None if linear.bias is None else linear.bias.detach() for linear in linears]
+    weight, bias = _adjacent(weights), None if biases[0] is None else _adjacent(biases)  # type: ignore[arg-type]
+    if weight is not None and (biases[0] is None or bias is not None):
+        return weight, bias
+    with torch.no_grad():
+        weight = torch.cat(weights)
+        bias = None if biases[0] is None else torch.cat(biases)  # type: ignore[arg-type]
+    start = 0
+    for linear in linears:
+        size = linear.out_features
+        linear.weight = nn.Parameter(weight[start : start + size], requires_grad=False)
+        if bias is not None:
+            linear.bias = nn.Parameter(bias[start : start + size], requires_grad=False)
+        start += size
+    return weight, bias
+
+
+def _adjacent(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    """The tensor the contiguous `tensors` span when they are consecutive rows of one storage, else None."""
+    first = tensors[0]
+    if len(tensors) == 1:
+        return first
+    offset = first.storage_offset()
+    for tensor in tensors:
+        if not tensor.is_contiguous() or tensor.untyped_storage().data_ptr() != first.untyped_storage().data_ptr():
+            return None
+        if tensor.storage_offset() != offset or tensor.shape[1:] != first.shape[1:]:
+            return None
+        offset += tensor.numel()
+    rows = sum(tensor.shape[0] for tensor in tensors)
+    return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (rows, *first.shape[1:]),
+                                   first.stride())
+
+
 class _Fused:
-    """Linears sharing one input, computed as one matmul; their weights become views into it."""
+    """Linears sharing one input, computed as one matmul over their (shared) fused weight."""
 
     def __init__(self, linears: list[nn.Linear], paths: list[str]):
         self.paths = paths
         self.sizes = [linear.out_features for linear in linears]
-        with torch.no_grad():
-            self.weight = torch.cat([linear.weight.detach() for linear in linears])
-            biases = [linear.bias for linear in linears]
-            self.bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])  # type: ignore[union-attr]
-        start = 0
-        for linear, size in zip(linears, self.sizes):
-            linear.weight = nn.Parameter(self.weight[start : start + size], requires_grad=False)
-            if self.bias is not None:
-                linear.bias = nn.Parameter(self.bias[start : start + size], requires_grad=False)
-            start += size
+        self.weight, self.bias = _fused_weight(linears)
         self.lora_a: torch.Tensor | None = None
         self.lora_b: torch.Tensor | None = None
         self.lora_scale = 1.0
+        self.merge = False  # fold the delta into the packed copy rather than computing it beside
         self.packed: torch.Tensor | None = None
         self.packed_a: torch.Tensor | None = None
         self.packed_b: torch.Tensor | None = None
 
     def pack(self) -> None:
-        """Re-lay the weights out for oneDNN's small-batch matmul (1.4-2x faster here), if available."""
+        """Re-lay the weights out for oneDNN's small-batch matmul (1.4-2x faster here), if available.
+
+        With `merge`, the packed copy holds `W + scale * B @ A` (computed in fp32) and the delta is
+        not computed beside it. The shared `weight` is never written.
+        """
+        self.release()
+        if not _can_pack(self.weight):
+            return
+        if self.merge and self.lora_a is not None and self.lora_b is not None:
+            with torch.no_grad():  # one temporary: W + scale * B @ A, then its packed copy
+                merged = torch.addmm(self.weight.float(), self.lora_b.float(), self.lora_a.float(), alpha=self.lora_scale)
+                self.packed = _reorder(merged.to(self.weight.dtype))
+            return
+        self.packed = _reorder(self.weight)
+        if self.lora_a is not None and self.lora_b is not None:
+            self.packed_a, self.packed_b = _reorder(self.lora_a), _reorder(self.lora_b)
+
+    def release(self) -> None:
+        """Drop the packed copies (`pack` makes them again)."""
         self.packed = self.packed_a = self.packed_b = None
-        if _can_pack(self.weight):
-            self.packed = _reorder(self.weight)
-            if self.lora_a is not None and self.lora_b is not None:
-                self.packed_a, self.packed_b = _reorder(self.lora_a), _reorder(self.lora_b)
+
+    def merged(self) -> bool:
+        return self.merge and self.packed is not None
 
     def set_lora(self, deltas: Deltas, dtype: torch.dtype) -> None:
         """Stack the A of every adapted member; put each B on the block diagonal.
@@ -109,7 +181,7 @@ class _Fused:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         out = _linear(x, self.weight, self.packed, self.bias)
-        if self.lora_a is not None and self.lora_b is not None:
+        if self.lora_a is not None and self.lora_b is not None and not self.merged():
             u = _linear(x, self.lora_a, self.packed_a)
             out = out + _linear(u, self.lora_b, self.packed_b) * self.lora_scale
         return out
@@ -170,9 +242,9 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 class FusedDecoder:
     """Batched one-token decode steps over a preallocated KV cache.
 
-    Build it once per sampler model (it rewires the model's linear weights into fused storage),
-    call `set_lora` on every snapshot switch, then per generation `start` from a prefill cache and
-    `step` once per token.
+    Build it once per sampler model (it rewires the model's linear weights into fused storage
+    unless `share_fused_storage` already did), call `set_lora` on every snapshot switch, then per
+    generation `start` from a prefill cache and `step` once per token.
     """
 
     def __init__(self, model: Any):
@@ -184,9 +256,7 @@ class FusedDecoder:
         paths = {module: path for path, module in model.named_modules()}
         self.layers = [_Layer(layer, paths[layer]) for layer in model.model.layers]
         head = model.get_output_embeddings()
-        # Fusing copies the head weight: a head tied to the embeddings would silently come apart.
-        assert head.weight is not model.get_input_embeddings().weight, "untie the head before fusing"
-        self.head = _Fused([head], [paths[head]])
+        self.head = _Fused([head], [paths[head]])  # one member: its own weight, shared (tied or not)
         self.logit_processing = logit_processing(config)
         self.final_norm = (model.model.norm.weight, model.model.norm.variance_epsilon)
         self.embed = model.model.embed_tokens
@@ -197,15 +267,24 @@ class FusedDecoder:
         self.length = 0
         self._stale = True
 
-    def set_lora(self, deltas: Deltas) -> None:
-        """Compute `deltas` beside the weights (empty: none); merged deltas need no call."""
+    def set_lora(self, deltas: Deltas, merge: bool = False) -> None:
+        """Use `deltas` (empty: none) from the next step on: beside the weights, or with `merge`
+        folded into the packed copy where the weights are packed (beside where they are not)."""
         dtype = self.head.weight.dtype
         for fused in self._all_fused():
             fused.set_lora(deltas, dtype)
+            fused.merge = merge
         self._stale = True
 
     def weights_changed(self) -> None:
-        """Note that the weights were written (a merged delta): they are re-packed before the next step."""
+        """Note that the weights were written: they are re-packed before the next step."""
+        self._stale = True
+
+    def release(self) -> None:
+        """Free the packed copies of the weights until the next step needs them (re-packing costs
+        about what one decode step costs)."""
+        for fused in self._all_fused():
+            fused.release()
         self._stale = True
 
     def _all_fused(self) -> list[_Fused]:
@@ -264,6 +343,7 @@ class FusedDecoder:
         if self._stale:
             for fused in self._all_fused():
                 fused.pack()
+            return_freed_memory(x.device)  # the packing's temporaries
             self._stale = False
         bias = torch.zeros(self.mask.shape, device=x.device).masked_fill_(~self.mask, float("-inf"))[:, None, None]
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim

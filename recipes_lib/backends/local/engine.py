@@ -26,9 +26,11 @@ from transformers import PreTrainedModel
 
 from recipes_lib.backends.local.adapters import AdapterHost, LoraSpec, lora_deltas
 from recipes_lib.backends.local.attention import use_fp32_attention
+from recipes_lib.backends.local.decoder import share_fused_storage
 from recipes_lib.backends.local.futures import LocalFuture
 from recipes_lib.backends.local.logits import check_output_head
-from recipes_lib.backends.local.models import load_base_model, weights_label
+from recipes_lib.backends.local.memory import return_freed_memory
+from recipes_lib.backends.local.models import load_base_model, own_weights, weights_label
 from recipes_lib.backends.local.precision import DeviceName, Precision, PrecisionName, resolve_precision
 from recipes_lib.backends.local.sampler import SampleJob, SamplerModel, generate, score
 from recipes_lib.tokenizers import get_tokenizer
@@ -43,24 +45,28 @@ MAX_SAMPLE_ROWS = {"cpu": 64, "cuda": 512}
 
 @dataclass
 class BaseEntry:
-    """A base model loaded for training (fp32 master weights) and its merged sampling copy."""
+    """A base model loaded once, with the sampler's modules over the same tensors.
+
+    Nothing here copies the base weights: the trainer's peft model wraps `model` in place, and the
+    sampler's module tree shares its parameters (see `SamplerModel`).
+    """
 
     name: str
     model: PreTrainedModel
     host: AdapterHost
     precision: Precision
     max_context: int
-    _sampler: SamplerModel | None = None
-    _linear_weights: dict[str, torch.Tensor] = field(default_factory=dict)
+    sampler: SamplerModel = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Built before any adapter wraps the Linear modules, so the sampler keeps plain ones.
+        assert self.host.peft_model is None, "build the sampler before adapters are attached"
+        self.sampler = SamplerModel(self.model, self.precision)
 
     @property
     def weights(self) -> str:
         """Which weights were loaded for this name (see `models.weights_label`)."""
         return weights_label(self.model)
-
-    def __post_init__(self) -> None:
-        # Recorded before any adapter wraps the Linear modules (peft keeps these same tensors).
-        self._linear_weights = {n: m.weight for n, m in self.model.named_modules() if isinstance(m, torch.nn.Linear)}
 
     @property
     def vocab_size(self) -> int:
@@ -71,13 +77,6 @@ class BaseEntry:
     def pad_id(self) -> int:
         pad = self.model.config.pad_token_id
         return int(pad) if pad is not None else 0
-
-    @property
-    def sampler(self) -> SamplerModel:
-        if self._sampler is None:
-            live = self.host.peft_model if self.host.peft_model is not None else self.model
-            self._sampler = SamplerModel(live, self._linear_weights, self.precision)
-        return self._sampler
 
 
 @dataclass(eq=False)
@@ -140,6 +139,8 @@ class LocalEngine:
             if name not in self._bases:
                 model: Any = load_base_model(name)
                 model.to(self.precision.device)
+                if self.precision.autocast is None and self.precision.device.type == "cpu":
+                    own_weights(model)  # elsewhere the move or the cast below copies them anyway
                 if self.precision.autocast is not None:
                     # The base is frozen, so it needs no fp32 master copy: storing it in the compute
                     # dtype saves autocast's per-step weight casts (~9 % of a step) and half the memory.
@@ -148,6 +149,7 @@ class LocalEngine:
                         use_fp32_attention(model)
                 # Trainer, scorer and sampler must all see the logits of the model's own forward.
                 check_output_head(model, name)
+                share_fused_storage(model)  # the fused decode step then reads these same tensors
                 self._bases[name] = BaseEntry(name, model, AdapterHost(model), self.precision,
                                                int(model.config.max_position_embeddings))
             return self._bases[name]
@@ -177,9 +179,13 @@ class LocalEngine:
         while not self._stopped.is_set():
             call, generations = self._next()
             if call is not None:
+                for base in list(self._bases.values()):
+                    base.sampler.release()  # e.g. its fp32 packed weights, while training runs
+                return_freed_memory(self.precision.device)
                 _resolve(call.future, call.fn)
             elif generations:
                 self._run_generations(generations)
+            return_freed_memory(self.precision.device)
 
     def _next(self) -> tuple[_Call | None, list[_Generation]]:
         with self._cond:
@@ -255,12 +261,16 @@ def _chunks_by_rows(items: list[_Generation], limit: int) -> list[list[_Generati
 
 
 def _prompt_logprobs(base: BaseEntry, jobs: list[SampleJob], precision: Precision) -> list[Any]:
-    extras: list[Any] = []
-    for job in jobs:
+    """Each job's prompt log-probs (and top-k) if it asked for them, else None; scored in one batch per k."""
+    extras: list[Any] = [None] * len(jobs)
+    by_topk: dict[int, list[int]] = {}
+    for i, job in enumerate(jobs):
         if job.include_prompt_logprobs or job.topk_prompt_logprobs > 0:
-            extras.append(score(base.sampler.model, [job.prompt], precision, job.topk_prompt_logprobs)[0])
-        else:
-            extras.append(None)
+            by_topk.setdefault(job.topk_prompt_logprobs, []).append(i)
+    for topk, indices in by_topk.items():
+        scored = score(base.sampler.model, [jobs[i].prompt for i in indices], precision, topk)
+        for i, result in zip(indices, scored, strict=True):
+            extras[i] = result
     return extras
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, PreTrainedModel, Qwen3Config
 
 from recipes_lib.exceptions import ConfigurationError
@@ -107,6 +108,23 @@ def load_base_model(name: str) -> PreTrainedModel:
     model.requires_grad_(False)
     logger.info("Loaded %s in %.2fs", name, time.perf_counter() - started)
     return model
+
+
+def own_weights(model: nn.Module) -> None:
+    """Copy every parameter and buffer into memory of its own (ties kept).
+
+    `from_pretrained` leaves fp32 weights as views of the memory-mapped checkpoint file. Its pages
+    count as resident once read and stay so while any view lives, so a later copy of some weights
+    (the fused storage of `decoder.share_fused_storage`) would hold them twice; once no view is
+    left, the file is unmapped. A dtype or device change copies anyway and needs no call.
+    """
+    with torch.no_grad():
+        for param in model.parameters():  # a tied parameter appears once
+            param.data = param.data.clone()
+        for module in model.modules():
+            for key, buffer in module._buffers.items():
+                if buffer is not None:
+                    module._buffers[key] = buffer.clone()
 
 
 def _load(name: str) -> PreTrainedModel:

@@ -1,10 +1,11 @@
 """Token generation with log-probs and stop conditions, and prompt scoring, for the local engine.
 
-Sampling runs on a copy of the base model (`SamplerModel`) with the sampled snapshot's LoRA loaded:
-in fp32 its delta is merged into the weights once per snapshot switch (base-model decode speed);
-in bf16 it is added beside each weight, as the trainer computes it, because merging a small delta
-into bf16 weights rounds much of it away and the sampler's log-probs would drift from the
-trainer's. Requests are batched: every distinct prompt is prefilled once, its KV cache is shared
+Sampling runs on a second module tree over the base model's own tensors (`SamplerModel`: no copy
+of the weights) with the sampled snapshot's LoRA loaded. The delta is added beside each weight, as
+the trainer computes it, in the model's forward (prefill, scoring) and in the fused decode step;
+only the fused step's packed copy of the weights (CPU) takes it merged in fp32 (base-model decode
+speed). Merging a small delta into bf16 weights would round much of it away and the sampler's
+log-probs would drift from the trainer's, so bf16 keeps it beside there too. Requests are batched: every distinct prompt is prefilled once, its KV cache is shared
 by all its samples, and finished rows leave the batch. Llama-family models decode through the
 fused step of `decoder.py` (2-3x the model's own forward on a CPU); others through their forward.
 
@@ -26,7 +27,6 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 import torch.nn.functional as F
-from peft import PeftModel
 from tinker import types
 from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
 from torch import nn
@@ -44,61 +44,38 @@ Deltas = dict[str, tuple[torch.Tensor, torch.Tensor, float]]
 
 
 class SamplerModel:
-    """A copy of a base model in the sampler dtype, with one LoRA snapshot loaded at a time."""
+    """The base model's weights, shared, under modules of its own, with one LoRA snapshot loaded at a time."""
 
-    def __init__(self, live_model: nn.Module, base_linear_weights: dict[str, torch.Tensor], precision: Precision):
-        """Copy `live_model` (the base model, possibly carrying peft adapters, which are dropped).
+    def __init__(self, base_model: nn.Module, precision: Precision):
+        """Build modules over `base_model`'s own parameters and buffers (no tensor is copied).
+
+        Call it before an adapter wraps `base_model`'s Linears (the sampler keeps plain Linears,
+        with forward hooks for a snapshot's delta). The sampler never writes these tensors, so the
+        trainer's base weights and the sampler's are one copy.
 
         Args:
-            live_model: the training model, a `PreTrainedModel` or a `PeftModel` around it.
-            base_linear_weights: the original fp32 weight of every `nn.Linear`, by module path.
+            base_model: the frozen base model, already in the sampler's device and dtype.
             precision: device and sampler dtype.
         """
         self.precision = precision
-        self._base_weights = base_linear_weights
-        copied: Any = copy.deepcopy(live_model)
-        self.model: Any = copied.unload() if isinstance(copied, PeftModel) else copied
-        self.model.to(device=precision.device, dtype=precision.sampler_dtype)
-        head = self.model.get_output_embeddings()
-        head.weight = nn.Parameter(head.weight.detach().clone(), requires_grad=False)  # untie from embeddings
-        self.model.config.tie_word_embeddings = False
+        shared = {id(t): t for t in [*base_model.parameters(), *base_model.buffers()]}
+        self.model: Any = copy.deepcopy(base_model, memo=shared)
         self._linears = {n: m for n, m in self.model.named_modules() if isinstance(m, nn.Linear)}
         self.decoder = FusedDecoder(self.model) if decoder_supports(self.model) else None
-        self._merged_paths: set[str] = set()
         self._hooks: list[Any] = []
         self.loaded_key: object = None
 
     def load(self, key: object, deltas: Deltas) -> None:
-        """Make the weights `base + scale * B @ A` for `deltas` (the base weights when empty).
+        """Compute `base + scale * B @ A` for `deltas` from now on (the base weights when empty).
 
-        In fp32 the delta is merged into the weights. In a lower-precision sampler dtype it is added
-        beside each weight instead, as the trainer computes it (`x @ W + scale * (x @ A) @ B`):
-        merging a small delta into bf16 weights rounds much of it away, and the sampler's
-        log-probs then drift from the trainer's as training goes on.
+        The delta is added beside each weight, as the trainer computes it
+        (`x @ W + scale * (x @ A) @ B`); in fp32 the fused step merges it into its packed copy of
+        the weights instead (merging into bf16 weights would round much of it away).
         """
         if key is self.loaded_key:
             return
         unknown = set(deltas) - set(self._linears)
         assert not unknown, f"snapshot adapts modules this model lacks: {sorted(unknown)[:3]}"
-        if self.precision.sampler_dtype == torch.float32:
-            self._merge(deltas)
-        else:
-            self._add_beside(deltas)
-        self.loaded_key = key
-
-    def _merge(self, deltas: Deltas) -> None:
-        with torch.no_grad():
-            for path in self._merged_paths | set(deltas):
-                weight = self._base_weights[path].to(self.precision.device, torch.float32)
-                if path in deltas:
-                    a_r_in, b_out_r, scale = deltas[path]
-                    weight = weight + scale * (b_out_r.to(weight) @ a_r_in.to(weight))
-                self._linears[path].weight.copy_(weight)
-        self._merged_paths = set(deltas)
-        if self.decoder is not None:
-            self.decoder.weights_changed()
-
-    def _add_beside(self, deltas: Deltas) -> None:
         for handle in self._hooks:
             handle.remove()
         device, dtype = self.precision.device, self.precision.sampler_dtype
@@ -107,7 +84,16 @@ class SamplerModel:
             for path, (a, b, scale) in deltas.items()
         ]
         if self.decoder is not None:
-            self.decoder.set_lora(deltas)
+            self.decoder.set_lora(deltas, merge=dtype == torch.float32)
+        self.loaded_key = key
+
+    def release(self) -> None:
+        """Free what only sampling needs before other work (training) runs: the fused step's
+        packed copy of the weights, as large as the base model. The next snapshot would replace
+        it anyway in fp32 (the delta is merged into it); in bf16 re-packing the base weights costs
+        about one decode step, against ~10 s of an RL iteration."""
+        if self.decoder is not None:
+            self.decoder.release()
 
 
 class _LoraDelta:

@@ -1,8 +1,9 @@
 """Forward and backward passes of a LoRA model over a list of datums (the engine's training math).
 
 Datums are grouped into right-padded micro-batches by length. The decoder runs once per
-micro-batch; the 49k-row unembedding runs only where it is needed: with gradient at the positions
-the loss trains on, without gradient elsewhere (their log-probs are still returned). The logits
+micro-batch, on each distinct input once (datums that repeat an input share its pass); the 49k-row
+unembedding runs only where it is needed: with gradient at the positions the loss trains on,
+without gradient elsewhere (their log-probs are still returned). The logits
 are those of the model's own forward (`logits.OutputHead`: the head plus any soft-capping or
 scaling the family applies), so the trainer scores what the sampler samples. Gradients of
 successive calls accumulate in the adapter until `optim_step`.
@@ -20,10 +21,17 @@ from torch.utils.checkpoint import checkpoint
 from recipes_lib.backends.local.batch import PreparedDatum, micro_batches, pad_right_tokens
 from recipes_lib.backends.local.logits import OutputHead
 from recipes_lib.backends.local.losses import gradient_mask, per_token_loss
+from recipes_lib.backends.local.memory import return_freed_memory
 from recipes_lib.backends.local.precision import Precision
 
 LOGIT_CHUNK_ROWS = 128  # rows of [rows x vocab] logits materialised at once (~25 MB in fp32)
-MAX_MICROBATCH_TOKENS = 8192
+MAX_MICROBATCH_TOKENS = 8192  # without gradients (scoring, `forward`): activations are not kept
+# With gradients, a micro-batch's activations live until its backward: SmolLM2 keeps ~1.2 MB per
+# token in fp32 (measured), and glibc's heap about doubles that in resident memory, so 2,048 tokens
+# at once added 2.3 GB to the process. The CPU budget trades speed for memory: it holds rl_basic
+# (fp32) near 2 GB, and cost +10-25 % CPU time per training call against micro-batches of 768 MiB
+# (measured on a busy 2-core machine). A GPU's memory is its own, and it wants large batches.
+ACTIVATION_BUDGET_BYTES = {"cpu": 256 * 2**20, "cuda": 8 * 2**30}
 
 CustomLoss = Callable[[list, list[torch.Tensor]], tuple[torch.Tensor, dict[str, float]]]
 
@@ -80,7 +88,13 @@ def _batch_logprobs(
     """
     decoder, lm_head = _decoder_and_head(model)
     device = precision.device
-    tokens_B_T, attention_B_T = (t.to(device) for t in pad_right_tokens([d.tokens_T for d in datums], pad_id))
+    # Datums with the same input (e.g. one sequence with several targets, as top-k distillation sends)
+    # share one decoder pass; the rows are gathered back, so gradients through them add up.
+    row_of: dict[tuple[int, ...], int] = {}
+    unique_rows = [row_of.setdefault(tuple(d.tokens_T.tolist()), len(row_of)) for d in datums]
+    tokens_U_T, attention_U_T = (t.to(device) for t in pad_right_tokens(list(row_of), pad_id))
+    index_B = torch.tensor(unique_rows, device=device)
+    tokens_B_T, attention_B_T = tokens_U_T[index_B], attention_U_T[index_B]
     targets_B_T = torch.zeros_like(tokens_B_T)
     wants_grad_B_T = torch.zeros_like(tokens_B_T, dtype=torch.bool)
     for row, datum in enumerate(datums):
@@ -89,7 +103,8 @@ def _batch_logprobs(
             wants_grad_B_T[row, : datum.length] = grad_masks[row].to(device)
     valid_B_T = attention_B_T.bool()
     with precision.context(), torch.set_grad_enabled(grad_masks is not None):
-        hidden_B_T_D = decoder(input_ids=tokens_B_T, attention_mask=attention_B_T).last_hidden_state
+        hidden_U_T_D = decoder(input_ids=tokens_U_T, attention_mask=attention_U_T).last_hidden_state
+        hidden_B_T_D = hidden_U_T_D if len(row_of) == len(datums) else hidden_U_T_D[index_B]
         grad_sel = valid_B_T & wants_grad_B_T
         logprobs_B_T = hidden_B_T_D.new_zeros(tokens_B_T.shape, dtype=torch.float32)
         logprobs_B_T = logprobs_B_T.masked_scatter(
@@ -100,6 +115,23 @@ def _batch_logprobs(
             rest_logprobs = token_logprobs(lm_head, hidden_B_T_D[rest].detach(), targets_B_T[rest])
     logprobs_B_T = logprobs_B_T.masked_scatter(rest, rest_logprobs)
     return [logprobs_B_T[row, : datum.length] for row, datum in enumerate(datums)]
+
+
+def max_backward_tokens(model: nn.Module, precision: Precision) -> int:
+    """The most tokens a micro-batch with gradients may hold, from the activation budget.
+
+    Activations kept per token and layer are estimated as `10 * hidden + 4 * intermediate` values
+    of the compute dtype (SmolLM2 fp32: 1.4 MB per token, against ~1.2 MB measured).
+    """
+    wrapped: Any = model
+    config: Any = (wrapped.get_base_model() if hasattr(wrapped, "get_base_model") else wrapped).config
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    hidden = int(config.hidden_size)
+    intermediate = int(getattr(config, "intermediate_size", None) or 4 * hidden)
+    dtype = precision.autocast or torch.float32
+    per_token = int(config.num_hidden_layers) * (10 * hidden + 4 * intermediate) * dtype.itemsize
+    budget = ACTIVATION_BUDGET_BYTES.get(precision.device.type, ACTIVATION_BUDGET_BYTES["cuda"])
+    return max(1, min(MAX_MICROBATCH_TOKENS, budget // per_token))
 
 
 def builtin_pass(
@@ -114,7 +146,8 @@ def builtin_pass(
     """Run a built-in loss over all datums, micro-batch by micro-batch (backward if asked)."""
     outputs: list[torch.Tensor | None] = [None] * len(datums)
     loss_sum = 0.0
-    for indices in micro_batches([d.length for d in datums], MAX_MICROBATCH_TOKENS):
+    max_tokens = max_backward_tokens(model, precision) if backward else MAX_MICROBATCH_TOKENS
+    for indices in micro_batches([d.length for d in datums], max_tokens):
         batch = [datums[i] for i in indices]
         masks = [gradient_mask(loss_fn, d.inputs) for d in batch] if backward else None
         logprobs = _batch_logprobs(model, batch, masks, precision, pad_id)
@@ -125,6 +158,9 @@ def builtin_pass(
         loss_sum += float(total.detach())
         for i, lp in zip(indices, logprobs):
             outputs[i] = lp.detach().float().cpu()
+        if backward:
+            del logprobs, losses, total
+            return_freed_memory(precision.device)  # before the next micro-batch's activations
     return PassResult([lp for lp in outputs if lp is not None], loss_sum, {"loss:sum": loss_sum})
 
 

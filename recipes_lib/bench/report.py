@@ -1,0 +1,168 @@
+"""From what each workload group measured to the derived figures (ratios, % of peak, % of bound),
+the JSON document and the printed table. Pure: values in, values out.
+"""
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PrecisionName = str  # "float32" | "bfloat16"
+TRL_WORKLOADS = {"number_words": "number-to-words chats, batch 8, loss on the answer",
+                 "random_8x128": "8 x 128 tokens, loss on all"}
+BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2}
+
+
+@dataclass
+class GroupResult:
+    """What one workload group measured (in its own process when the bench isolates them).
+
+    `figures` holds raw measurements only (tokens/s, seconds, GFLOP/s); `notes` says what was
+    skipped and why; `peak_rss_mb` is the process's peak resident memory, None when run in-process.
+    """
+
+    name: str  # "<kind>/<precision>", or "machine"
+    figures: dict[str, float]
+    notes: list[str] = field(default_factory=list)
+    peak_rss_mb: float | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.name.split("/")[0]
+
+    @property
+    def precision(self) -> str | None:
+        return self.name.split("/")[1] if "/" in self.name else None
+
+
+def frac_of_peak(tok_s: float, flops_per_token: float, peak_gflop_s: float) -> float:
+    """Achieved model GFLOP/s over the measured matmul peak."""
+    return tok_s * flops_per_token / 1e9 / peak_gflop_s
+
+
+def decode_bound_tok_s(bandwidth_gb_s: float, params: float, precision: PrecisionName, sequences: int = 8) -> float:
+    """Tokens/s if each decode step only streamed the weights once at `bandwidth_gb_s` for `sequences` rows."""
+    return sequences * bandwidth_gb_s * 1e9 / (params * BYTES_PER_PARAM[precision])
+
+
+def best_setting(tok_s_by_setting: dict[str, float]) -> tuple[str, float]:
+    """The fastest setting and its tokens/s."""
+    name = max(tok_s_by_setting, key=lambda key: tok_s_by_setting[key])
+    return name, tok_s_by_setting[name]
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    return None if numerator is None or not denominator else numerator / denominator
+
+
+def derive(groups: list[GroupResult]) -> dict[str, dict[str, Any]]:
+    """Ratios and fractions per precision (and per TRL workload) from the groups' raw figures."""
+    machine = next(g.figures for g in groups if g.kind == "machine")
+    flops, params = machine["mflop_per_token"] * 1e6, machine["params"]
+    raw: dict[str, dict[str, float]] = {}
+    for group in groups:
+        if group.precision is not None:
+            raw.setdefault(group.precision, {}).update(group.figures)
+    derived: dict[str, dict[str, Any]] = {}
+    for precision, row in raw.items():
+        peak, bound = machine[f"peak_gflop_s_{precision}"], decode_bound_tok_s(machine["bandwidth_gb_s"], params, precision)
+        out: dict[str, Any] = {"decode_bound_tok_s": bound}
+        if "train_tok_s" in row:
+            out["train_gflop_s"] = row["train_tok_s"] * flops / 1e9
+            out["train_frac_of_peak"] = frac_of_peak(row["train_tok_s"], flops, peak)
+        for key in ("sample_8_prompts_tok_s", "sample_lora_tok_s"):  # 8 rows, as the bound assumes
+            if key in row:
+                out[key.replace("_tok_s", "_frac_of_bound")] = row[key] / bound
+        out["train_vs_peft_loop"] = _ratio(row.get("train_tok_s"), row.get("peer_train_tok_s"))
+        out["sample_vs_hf_generate"] = _ratio(row.get("sample_8_prompts_tok_s"), row.get("peer_sample_tok_s"))
+        out["server_train_vs_in_process"] = _ratio(row.get("server_train_tok_s"), row.get("paired_train_tok_s"))
+        out["server_sample_vs_in_process"] = _ratio(row.get("server_sample_8_prompts_tok_s"),
+                                                    row.get("paired_sample_tok_s"))
+        for workload in TRL_WORKLOADS:
+            if f"engine_{workload}_tok_s" in row:
+                out[f"trl_{workload}"] = _trl_comparison(row, workload, flops, peak)
+        derived[precision] = {key: value for key, value in out.items() if value is not None}
+    return derived
+
+
+def _trl_comparison(row: dict[str, float], workload: str, flops: float, peak: float) -> dict[str, Any]:
+    """Ours against every TRL setting tried on `workload`, and against the best of them."""
+    ours = row[f"engine_{workload}_tok_s"]
+    prefix = f"trl/{workload}/"
+    settings = {key.removeprefix(prefix): value for key, value in row.items() if key.startswith(prefix)}
+    out: dict[str, Any] = {"engine_tok_s": ours, "engine_frac_of_peak": frac_of_peak(ours, flops, peak),
+                           "trl_settings_tok_s": settings}
+    if settings:
+        name, best = best_setting(settings)
+        out |= {"trl_best_setting": name, "trl_best_tok_s": best, "engine_vs_trl_best": ours / best,
+                "trl_best_frac_of_peak": frac_of_peak(best, flops, peak)}
+    return out
+
+
+def to_json(config: dict[str, Any], groups: list[GroupResult]) -> dict[str, Any]:
+    """Every figure: the config, each group's raw figures, notes and peak RSS, and the derived figures."""
+    return {"config": config, "groups": [asdict(g) for g in groups], "derived": derive(groups),
+            "peak_rss_mb": {g.name: g.peak_rss_mb for g in groups}}
+
+
+def format_table(groups: list[GroupResult], descriptions: dict[str, str]) -> str:
+    """The readable report: machine, then per precision our rows, peers, TRL, RL batch; then memory.
+
+    `descriptions` names the TRL settings (key -> words) for the best-setting column.
+    """
+    machine = next(g.figures for g in groups if g.kind == "machine")
+    derived = derive(groups)
+    lines = [f"machine: {machine['threads']:.0f} threads; matmul peak fp32 {machine['peak_gflop_s_float32']:.0f} "
+             f"GFLOP/s, bf16 {machine['peak_gflop_s_bfloat16']:.0f} GFLOP/s; memory read "
+             f"{machine['bandwidth_gb_s']:.0f} GB/s; model {machine['mflop_per_token']:.0f} MFLOP/token (trained)"]
+    for precision, out in derived.items():
+        row = {k: v for g in groups if g.precision == precision for k, v in g.figures.items()}
+        lines += [f"\n[{precision}]", *_engine_lines(row, out), *_trl_lines(out, descriptions)]
+    notes = [f"  {g.name}: {note}" for g in groups for note in g.notes]
+    lines += ["\nnotes:", *notes] if notes else []
+    lines += ["\npeak RSS per workload (own process):"]
+    lines += [f"  {g.name:32s}: " + ("in-process, not measured" if g.peak_rss_mb is None else f"{g.peak_rss_mb:7.0f} MB")
+              for g in groups]
+    return "\n".join(lines)
+
+
+def _line(label: str, value: float | None, unit: str = "tok/s", extra: str = "") -> list[str]:
+    return [] if value is None else [f"  {label:50s}: {value:8.1f} {unit}{extra}"]
+
+
+def _engine_lines(row: dict[str, float], out: dict[str, Any]) -> list[str]:
+    lines = _line("train fwd+bwd+adam 8x128, all tokens weighted", row.get("train_tok_s"),
+                  extra=f" = {out['train_frac_of_peak']:.0%} of peak" if "train_frac_of_peak" in out else "")
+    lines += _line("train 8x128, 1 token in 4 weighted", row.get("train_masked_tok_s"))
+    bound = f" (bound {out['decode_bound_tok_s']:.0f})"
+    for key, label in (("sample_8_prompts", "sample 8 prompts x 64 tokens"),
+                       ("sample_lora", "sample 8 prompts x 64 tokens, LoRA snapshot")):
+        lines += _line(label, row.get(f"{key}_tok_s"),
+                       extra=f" = {out[f'{key}_frac_of_bound']:.0%} of weight-streaming bound{bound}"
+                       if f"{key}_frac_of_bound" in out else "")
+    lines += _line("sample 1 prompt x 8 samples x 64 tokens", row.get("sample_1_prompt_x8_tok_s"))
+    if "rl_batch_tok_s" in row:
+        lines += _line("RL batch 8x4, <=32 tokens, fresh snapshot each", row["rl_batch_tok_s"],
+                       extra=f", {row['rl_batch_s']:.2f} s/batch, {row['rl_batch_tokens']:.0f} tokens/batch")
+    for key, label, ours in (("peer_train_tok_s", "peer: plain peft loop, full logits", "train_vs_peft_loop"),
+                             ("peer_sample_tok_s", "peer: HF generate, 8 prompts x 64", "sample_vs_hf_generate"),
+                             ("server_train_tok_s", "through the server (SDK+HTTP): training",
+                              "server_train_vs_in_process"),
+                             ("server_sample_8_prompts_tok_s", "through the server: sample 8 prompts x 64",
+                              "server_sample_vs_in_process")):
+        suffix = " in-process" if key.startswith("server") else ""
+        lines += _line(label, row.get(key), extra=f" -> ours{suffix} {out[ours]:.2f}x" if ours in out else "")
+    return lines
+
+
+def _trl_lines(out: dict[str, Any], descriptions: dict[str, str]) -> list[str]:
+    lines = []
+    for workload, title in TRL_WORKLOADS.items():
+        comparison = out.get(f"trl_{workload}")
+        if comparison is None:
+            continue
+        lines.append(f"  vs TRL SFTTrainer + PEFT: {title}")
+        lines += _line("  ours", comparison["engine_tok_s"], extra=f" = {comparison['engine_frac_of_peak']:.0%} of peak")
+        for name, tok_s in comparison["trl_settings_tok_s"].items():
+            lines += _line(f"  TRL {descriptions.get(name, name)}", tok_s)
+        if "trl_best_setting" in comparison:
+            lines.append(f"    ours / best TRL ({comparison['trl_best_setting']}): {comparison['engine_vs_trl_best']:.2f}x")
+    return lines

@@ -1,0 +1,199 @@
+"""The bench's config, its workload groups, and `main`: each group in its own process, then the report."""
+
+import json
+import logging
+import resource
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Literal
+
+import chz
+import torch
+
+from recipes_lib.backends.local.clients import ServiceClient
+from recipes_lib.backends.local.models import load_base_model
+from recipes_lib.bench import machine, peers, report, trl_peer, workloads
+from recipes_lib.bench.data import bench_numbers, number_words_batch, random_batch
+from recipes_lib.bench.served import bench_server
+from recipes_lib.cli import config_from_argv
+from recipes_lib.exceptions import ConfigurationError
+from recipes_lib.logging import dump_config
+from recipes_lib.paths import SMOLLM2_NAME
+from recipes_lib.tokenizers import get_tokenizer
+
+logger = logging.getLogger(__name__)
+FAILED = "failed"
+DEFAULT_TRL_SETTINGS = ("fp32_sdpa", "fp32_eager", "bf16_sdpa", "bf16_eager", "bf16_padding_free")
+
+
+@chz.chz
+class BenchConfig:
+    """`python -m recipes_lib.bench [repeats=5] [precisions=float32,bfloat16] [server=True] [json_path=out.json]`."""
+
+    # Timed repeats per measurement (the median is reported), after one warm-up.
+    repeats: int = 5
+    # Local-engine precisions to measure, comma-separated.
+    precisions: tuple[Literal["float32", "bfloat16"], ...] = ("float32", "bfloat16")
+    # Also measure through the official tinker SDK against recipes_lib.server.
+    server: bool = False
+    # Also write every figure to this JSON file.
+    json_path: str | None = None
+    # The base model (tests use recipes/tiny-llama).
+    model: str = SMOLLM2_NAME
+    # TRL settings to try against our engine (bf16 autocast only, as the comparison is made there);
+    # empty skips the TRL peer. Names: recipes_lib.bench.trl_peer.TRL_SETTINGS.
+    trl_settings: tuple[str, ...] = DEFAULT_TRL_SETTINGS
+    # Run each workload group in its own process, so peak RSS is per workload (False: in-process, no RSS).
+    isolate: bool = True
+    # Torch threads in every group (None: torch's default, every core). 1 is steadier while other work
+    # shares the cores: a parallel op waits for its slowest thread.
+    threads: int | None = None
+    # Small sizes for tests: tiny matmul/bandwidth probes, one RL iteration; figures mean nothing.
+    quick: bool = False
+
+    @chz.validate
+    def _check(self) -> None:
+        if self.repeats < 1:
+            raise ConfigurationError(f"repeats must be >= 1, got {self.repeats}")
+        unknown = sorted(set(self.trl_settings) - set(trl_peer.TRL_SETTINGS))
+        if unknown:
+            raise ConfigurationError(f"unknown trl_settings {unknown}; known: {sorted(trl_peer.TRL_SETTINGS)}")
+
+
+def group_names(config: BenchConfig) -> list[str]:
+    """The workload groups, in run order: the machine, then per precision the TRL comparison (bf16),
+    the RL batch, our training and sampling rows, the other peers and the server."""
+    names = ["machine"]
+    for precision in config.precisions:
+        names += [f"trl/{precision}"] if precision == "bfloat16" and config.trl_settings else []
+        names += [f"{kind}/{precision}" for kind in ("rl_batch", "engine_train", "engine_sample", "peft_loop",
+                                                     "hf_generate")]
+        names += [f"server/{precision}"] if config.server else []
+    return names
+
+
+def run_group(config: BenchConfig, name: str) -> report.GroupResult:
+    """Measure one workload group in this process."""
+    kind, _, precision = name.partition("/")
+    torch.manual_seed(0)
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    if kind == "machine":
+        return report.GroupResult(name, _machine(config))
+    if kind == "trl":
+        return _trl(config, precision)
+    return report.GroupResult(name, _GROUPS[kind](config, precision))
+
+
+def _machine(config: BenchConfig) -> dict[str, float]:
+    model = load_base_model(config.model)
+    repeats = 1 if config.quick else 5
+    return {"threads": float(torch.get_num_threads()),
+            "peak_gflop_s_float32": machine.matmul_peak(torch.float32, repeats, config.quick),
+            "peak_gflop_s_bfloat16": machine.matmul_peak(torch.bfloat16, repeats, config.quick),
+            "bandwidth_gb_s": machine.memory_bandwidth(repeats, config.quick),
+            "mflop_per_token": machine.model_flops_per_token(model) / 1e6,
+            "params": float(sum(p.numel() for p in model.parameters()))}
+
+
+def _service(precision: str) -> ServiceClient:
+    return ServiceClient(precision=precision, device="cpu")  # type: ignore[arg-type]
+
+
+def _engine_train(config: BenchConfig, precision: str) -> dict[str, float]:
+    service, all_weighted, masked = _service(precision), random_batch(), random_batch(loss_fraction=0.25)
+    seconds = machine.alternating_seconds({"all": workloads.training_step(service, config.model, all_weighted),
+                                           "masked": workloads.training_step(service, config.model, masked)},
+                                          config.repeats)
+    return {"train_tok_s": all_weighted.predicted_tokens / seconds["all"],
+            "train_masked_tok_s": masked.predicted_tokens / seconds["masked"]}
+
+
+def _engine_sample(config: BenchConfig, precision: str) -> dict[str, float]:
+    service = _service(precision)
+    seconds = machine.alternating_seconds({
+        "sample_8_prompts": workloads.sampling_run(service, config.model, shared_prompt=False),
+        "sample_1_prompt_x8": workloads.sampling_run(service, config.model, shared_prompt=True),
+        "sample_lora": workloads.sampling_run(service, config.model, shared_prompt=False, lora=True)}, config.repeats)
+    return {f"{key}_tok_s": 8 * 64 / value for key, value in seconds.items()}
+
+
+def _rl_batch(config: BenchConfig, precision: str) -> dict[str, float]:
+    figures = workloads.rl_batch(_service(precision), config.model, iterations=1 if config.quick else config.repeats)
+    return {"rl_batch_tok_s": figures.tok_s, "rl_batch_s": figures.seconds_per_batch,
+            "rl_batch_tokens": figures.tokens_per_batch}
+
+
+def _peft_loop(config: BenchConfig, precision: str) -> dict[str, float]:
+    return {"peer_train_tok_s": 8 * 128 / machine.median_seconds(peers.peft_loop_step(config.model, precision),
+                                                                   config.repeats)}
+
+
+def _hf_generate(config: BenchConfig, precision: str) -> dict[str, float]:
+    return {"peer_sample_tok_s": 8 * 64 / machine.median_seconds(peers.hf_generate_run(config.model, precision),
+                                                                   config.repeats)}
+
+
+def _server(config: BenchConfig, precision: str) -> dict[str, float]:
+    return bench_server(_service(precision), config.model, precision, config.repeats)
+
+
+_GROUPS: dict[str, Callable[[BenchConfig, str], dict[str, float]]] = {
+    "engine_train": _engine_train, "engine_sample": _engine_sample, "rl_batch": _rl_batch,
+    "peft_loop": _peft_loop, "hf_generate": _hf_generate, "server": _server}
+
+
+def _trl(config: BenchConfig, precision: str) -> report.GroupResult:
+    """Ours (LoRA without the unembedding, as TRL trains) and each TRL setting, alternating round by round."""
+    batches = {"number_words": number_words_batch(get_tokenizer(config.model), bench_numbers()),
+               "random_8x128": random_batch()}
+    missing = trl_peer.trl_missing()
+    service, figures = _service(precision), dict[str, float]()
+    for workload, batch in batches.items():
+        steps = {"engine": machine.wall_clock(workloads.training_step(service, config.model, batch,
+                                                                      train_unembed=False))}
+        if missing is None:
+            steps |= {f"trl/{workload}/{name}": trl_peer.trl_step(config.model, batch, trl_peer.TRL_SETTINGS[name])
+                      for name in config.trl_settings}
+        seconds = machine.alternating_self_timed(steps, config.repeats)
+        figures |= {("engine_" + workload + "_tok_s" if key == "engine" else key): batch.predicted_tokens / value
+                    for key, value in seconds.items()}
+    return report.GroupResult(f"trl/{precision}", figures, notes=[missing] if missing else [])
+
+
+def run_isolated(config: BenchConfig, name: str, argv: Sequence[str]) -> report.GroupResult:
+    """`run_group` in a fresh Python process (`recipes_lib.bench.worker`), with that process's peak RSS."""
+    with tempfile.TemporaryDirectory(prefix="bench-") as folder:
+        out = Path(folder) / "result.json"
+        try:
+            subprocess.run([sys.executable, "-m", "recipes_lib.bench.worker", str(out), name, *argv], check=True)
+        except subprocess.CalledProcessError as error:  # one workload's failure keeps the others' figures
+            return report.GroupResult(name, {}, notes=[f"{FAILED} (exit {error.returncode}); its traceback is above"])
+        return report.GroupResult(**json.loads(out.read_text()))
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MB (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main(argv: Sequence[str] | None = None) -> list[report.GroupResult]:
+    """Run every group, print the table, write the JSON; returns the groups' results."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    config = config_from_argv(chz.Blueprint(BenchConfig), argv)
+    groups = []
+    for name in group_names(config):
+        logger.info("bench: %s", name)
+        groups.append(run_isolated(config, name, argv) if config.isolate else run_group(config, name))
+        print(f"done: {name}", flush=True)
+    descriptions = {key: setting.description for key, setting in trl_peer.TRL_SETTINGS.items()}
+    print(report.format_table(groups, descriptions))
+    if config.json_path:
+        document = report.to_json(dump_config(config), groups)
+        Path(config.json_path).write_text(json.dumps(document, indent=2) + "\n")
+    if any(note.startswith(FAILED) for group in groups for note in group.notes):
+        raise SystemExit(1)
+    return groups

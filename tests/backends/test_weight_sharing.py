@@ -1,0 +1,83 @@
+"""The engine holds one copy of a base model's weights: trainer, sampler and fused step share it.
+
+Pinned by storage identity (`data_ptr`), not by memory measurements: sampling and training must
+neither copy the base weights nor write into them.
+"""
+
+import numpy as np
+import pytest
+import torch
+from tinker import types
+
+from recipes_lib.backends.local.clients import ServiceClient
+from recipes_lib.backends.local.precision import PrecisionName
+from recipes_lib.backends.local.trainer import max_backward_tokens
+from tests.lora_training import train_on_tokens
+
+
+def _base_parameters(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The base model's parameters by name (peft's `base_layer.` dropped), adapters left out."""
+    return {name.replace("base_layer.", ""): p for name, p in module.named_parameters() if ".lora_" not in name}
+
+
+def _storages(module: torch.nn.Module) -> set[int]:
+    return {p.untyped_storage().data_ptr() for p in _base_parameters(module).values()}
+
+
+def _base_snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in _base_parameters(module).items()}
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+@pytest.mark.parametrize("name", ["recipes/tiny-llama", "recipes/tiny-qwen3"])
+def test_sampler_and_trainer_share_one_copy_of_the_base_weights(name: str, precision: PrecisionName) -> None:
+    service = ServiceClient(precision=precision, device="cpu")
+    trainer = service.create_lora_training_client(name, rank=4, seed=0)
+    base = trainer._base  # noqa: SLF001
+    before = _base_snapshot(base.model)
+    train_on_tokens(trainer, list(range(300, 340)), steps=2, learning_rate=1e-2)
+    sampler = trainer.save_weights_and_get_sampling_client()
+    prompt = types.ModelInput.from_ints([5, 17, 300, 41])
+    sampler.sample(prompt, 2, types.SamplingParams(max_tokens=6, seed=0)).result()
+
+    sampler_model = base.sampler.model
+    assert _storages(sampler_model) == _storages(base.model)  # no tensor of the sampler's is its own
+    decoder = base.sampler.decoder
+    assert decoder is not None
+    for layer, own in zip(decoder.layers, sampler_model.model.layers):
+        # The fused q/k/v weight is the storage of the model's (and so the trainer's) projections.
+        assert layer.qkv.weight.data_ptr() == own.self_attn.q_proj.weight.data_ptr()
+        assert layer.gate_up.weight.data_ptr() == own.mlp.gate_proj.weight.data_ptr()
+    head = sampler_model.get_output_embeddings().weight
+    assert decoder.head.weight.data_ptr() == head.data_ptr() == base.model.get_input_embeddings().weight.data_ptr()
+    # Sampling a LoRA snapshot left the shared base weights as they were.
+    after = _base_snapshot(base.model)
+    assert all(torch.equal(before[key], after[key]) for key in before)
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_training_releases_the_packed_copy_and_sampling_rebuilds_it(precision: PrecisionName) -> None:
+    service = ServiceClient(precision=precision, device="cpu")
+    trainer = service.create_lora_training_client("recipes/tiny-llama", rank=4, seed=1)
+    sampler = trainer.save_weights_and_get_sampling_client()
+    prompt = types.ModelInput.from_ints([5, 17, 300, 41])
+    params = types.SamplingParams(max_tokens=6, seed=0)
+    first = sampler.sample(prompt, 1, params).result().sequences[0]
+    train_on_tokens(trainer, list(range(300, 340)), steps=1, learning_rate=1e-2)
+    decoder = trainer._base.sampler.decoder  # noqa: SLF001
+    assert decoder is not None
+    assert all(f.packed is None for layer in decoder.layers for f in layer.fused())
+    again = sampler.sample(prompt, 1, params).result().sequences[0]  # the old snapshot, re-packed
+    assert again.tokens == first.tokens
+    np.testing.assert_allclose(again.logprobs, first.logprobs, atol=1e-6)
+
+
+def test_backward_micro_batches_fit_the_activation_budget() -> None:
+    trainer = ServiceClient(precision="float32", device="cpu").create_lora_training_client("recipes/tiny-llama", rank=4)
+    base = trainer._base  # noqa: SLF001
+    config = base.model.config
+    per_token = config.num_hidden_layers * (10 * config.hidden_size + 4 * config.intermediate_size) * 4
+    from recipes_lib.backends.local import trainer as trainer_module
+
+    expected = min(trainer_module.MAX_MICROBATCH_TOKENS, trainer_module.ACTIVATION_BUDGET_BYTES["cpu"] // per_token)
+    assert max_backward_tokens(base.model, base.precision) == expected

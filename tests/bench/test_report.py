@@ -1,0 +1,80 @@
+"""The bench's arithmetic and report, on hand-made figures (nothing is timed)."""
+
+import json
+
+import pytest
+
+from recipes_lib.bench.report import (
+    GroupResult,
+    best_setting,
+    decode_bound_tok_s,
+    derive,
+    format_table,
+    frac_of_peak,
+    to_json,
+)
+
+MACHINE = GroupResult("machine", {"threads": 2.0, "peak_gflop_s_float32": 200.0, "peak_gflop_s_bfloat16": 400.0,
+                                  "bandwidth_gb_s": 10.0, "mflop_per_token": 400.0, "params": 1e8}, peak_rss_mb=300.0)
+
+
+def groups() -> list[GroupResult]:
+    return [
+        MACHINE,
+        GroupResult("engine_train/bfloat16", {"train_tok_s": 500.0, "train_masked_tok_s": 600.0}, peak_rss_mb=900.0),
+        GroupResult("engine_sample/bfloat16", {"sample_8_prompts_tok_s": 200.0, "sample_1_prompt_x8_tok_s": 210.0,
+                                               "sample_lora_tok_s": 100.0}, peak_rss_mb=800.0),
+        GroupResult("rl_batch/bfloat16", {"rl_batch_tok_s": 80.0, "rl_batch_s": 2.5, "rl_batch_tokens": 200.0}),
+        GroupResult("peft_loop/bfloat16", {"peer_train_tok_s": 250.0}),
+        GroupResult("hf_generate/bfloat16", {"peer_sample_tok_s": 160.0}),
+        GroupResult("trl/bfloat16", {"engine_number_words_tok_s": 600.0, "trl/number_words/bf16_sdpa": 200.0,
+                                     "trl/number_words/bf16_padding_free": 300.0, "engine_random_8x128_tok_s": 700.0,
+                                     "trl/random_8x128/bf16_sdpa": 350.0}, peak_rss_mb=2000.0),
+    ]
+
+
+def test_fractions_against_hand_computed_values() -> None:
+    assert frac_of_peak(500.0, 4e8, 400.0) == pytest.approx(0.5)  # 500 tok/s x 0.4 GFLOP = 200 of 400 GFLOP/s
+    assert decode_bound_tok_s(10.0, 1e8, "bfloat16") == pytest.approx(400.0)  # 8 rows x 10 GB/s / 0.2 GB
+    assert decode_bound_tok_s(10.0, 1e8, "float32", sequences=1) == pytest.approx(25.0)
+    assert best_setting({"a": 1.0, "b": 3.0, "c": 2.0}) == ("b", 3.0)
+
+
+def test_derived_ratios() -> None:
+    out = derive(groups())["bfloat16"]
+    assert out["train_frac_of_peak"] == pytest.approx(0.5)
+    assert out["train_gflop_s"] == pytest.approx(200.0)
+    assert out["decode_bound_tok_s"] == pytest.approx(400.0)
+    assert out["sample_8_prompts_frac_of_bound"] == pytest.approx(0.5)
+    assert out["sample_lora_frac_of_bound"] == pytest.approx(0.25)
+    assert "rl_batch_frac_of_bound" not in out  # 32 rows that stop early: the 8-row bound does not apply
+    assert out["train_vs_peft_loop"] == pytest.approx(2.0)
+    assert out["sample_vs_hf_generate"] == pytest.approx(1.25)
+    assert "server_train_vs_in_process" not in out  # not measured: left out, not None
+    words = out["trl_number_words"]
+    assert (words["trl_best_setting"], words["trl_best_tok_s"]) == ("bf16_padding_free", 300.0)
+    assert words["engine_vs_trl_best"] == pytest.approx(2.0)
+    assert words["engine_frac_of_peak"] == pytest.approx(0.6)
+    assert words["trl_best_frac_of_peak"] == pytest.approx(0.3)
+    assert words["trl_settings_tok_s"] == {"bf16_sdpa": 200.0, "bf16_padding_free": 300.0}
+    assert out["trl_random_8x128"]["engine_vs_trl_best"] == pytest.approx(2.0)
+
+
+def test_json_holds_every_figure() -> None:
+    document = json.loads(json.dumps(to_json({"repeats": 3}, groups())))
+    assert document["config"] == {"repeats": 3}
+    assert {g["name"]: g["figures"] for g in document["groups"]} == {g.name: g.figures for g in groups()}
+    assert document["peak_rss_mb"]["trl/bfloat16"] == 2000.0 and document["peak_rss_mb"]["rl_batch/bfloat16"] is None
+    assert document["derived"]["bfloat16"]["trl_number_words"]["engine_vs_trl_best"] == pytest.approx(2.0)
+
+
+def test_table_names_the_best_setting_the_ratios_and_the_memory() -> None:
+    skipped = GroupResult("trl/float32", {"engine_number_words_tok_s": 50.0}, notes=["TRL rows skipped: trl is not"])
+    table = format_table([*groups(), skipped], {"bf16_padding_free": "bf16 base weights, padding-free"})
+    assert "ours / best TRL (bf16_padding_free): 2.00x" in table
+    assert "TRL bf16 base weights, padding-free" in table
+    assert "= 50% of peak" in table and "= 50% of weight-streaming bound" in table
+    assert "-> ours 2.00x" in table  # the peft loop
+    assert "0.80 s/batch" not in table and "2.50 s/batch" in table
+    assert "trl/float32: TRL rows skipped: trl is not" in table
+    assert "trl/bfloat16" in table and "2000 MB" in table and "in-process, not measured" in table

@@ -1,0 +1,65 @@
+"""The bench's groups, its worker process entry and `main`'s assembly (fake groups; nothing is timed)."""
+
+import json
+from pathlib import Path
+
+import chz
+import pytest
+
+from recipes_lib.bench import run, worker
+from recipes_lib.bench.report import GroupResult
+from recipes_lib.cli import config_from_argv
+
+
+def config(*argv: str) -> run.BenchConfig:
+    return config_from_argv(chz.Blueprint(run.BenchConfig), list(argv))
+
+
+def test_groups_per_precision_trl_in_bf16_only() -> None:
+    assert run.group_names(config("precisions=bfloat16", "server=True")) == [
+        "machine", "trl/bfloat16", "rl_batch/bfloat16", "engine_train/bfloat16", "engine_sample/bfloat16",
+        "peft_loop/bfloat16", "hf_generate/bfloat16", "server/bfloat16"]
+    assert "trl/float32" not in run.group_names(config("precisions=float32"))
+
+
+def test_unknown_trl_setting_exits_with_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        config("trl_settings=bf16_fast")
+    assert "bf16_sdpa" in capsys.readouterr().err
+
+
+def test_worker_writes_the_group_with_its_peak_rss(tmp_path: Path) -> None:
+    out = tmp_path / "machine.json"
+    worker.main([str(out), "machine", "model=recipes/tiny-llama", "quick=True"])
+    result = GroupResult(**json.loads(out.read_text()))
+    assert result.name == "machine" and result.peak_rss_mb is not None and result.peak_rss_mb > 0
+    assert result.figures["params"] > 0 and result.figures["mflop_per_token"] > 0
+
+
+def test_main_prints_the_table_and_writes_every_figure(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench.test_report import groups
+
+    canned = {g.name: g for g in groups()}
+    monkeypatch.setattr(run, "run_isolated", lambda _config, name, _argv: canned[name])
+    monkeypatch.setattr(run, "group_names", lambda _config: list(canned))
+    path = tmp_path / "bench.json"
+    run.main(["precisions=bfloat16", f"json_path={path}"])
+    assert "ours / best TRL (bf16_padding_free): 2.00x" in capsys.readouterr().out
+    document = json.loads(path.read_text())
+    assert document["config"]["precisions"] == ["bfloat16"]
+    assert document["peak_rss_mb"]["engine_train/bfloat16"] == 900.0
+    assert document["derived"]["bfloat16"]["trl_number_words"]["trl_best_setting"] == "bf16_padding_free"
+
+
+def test_a_failed_group_keeps_the_others_and_fails_the_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from tests.bench.test_report import MACHINE
+
+    failed = GroupResult("rl_batch/bfloat16", {}, notes=[f"{run.FAILED} (exit 1); its traceback is above"])
+    monkeypatch.setattr(run, "run_isolated", lambda _config, name, _argv: MACHINE if name == "machine" else failed)
+    monkeypatch.setattr(run, "group_names", lambda _config: ["machine", "rl_batch/bfloat16"])
+    path = tmp_path / "bench.json"
+    with pytest.raises(SystemExit) as info:
+        run.main([f"json_path={path}"])
+    assert info.value.code == 1
+    assert json.loads(path.read_text())["groups"][1]["notes"] == failed.notes

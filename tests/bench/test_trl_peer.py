@@ -1,0 +1,38 @@
+"""The TRL peer: skipped with a message when `trl` is absent; one real step on a tiny model when present."""
+
+import sys
+
+import pytest
+
+from recipes_lib.bench import run, trl_peer
+from recipes_lib.bench.data import bench_numbers, number_words_batch
+from recipes_lib.bench.report import derive
+from recipes_lib.cli import config_from_argv
+
+TINY = ["model=recipes/tiny-llama", "repeats=1", "quick=True", "isolate=False"]
+
+
+def test_absent_trl_skips_the_rows_and_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "trl", None)  # `import trl` now raises ImportError
+    message = trl_peer.trl_missing()
+    assert message is not None and "trl is not installed" in message and ".[bench]" in message
+    config = config_from_argv(run.chz.Blueprint(run.BenchConfig), TINY)
+    result = run.run_group(config, "trl/bfloat16")
+    assert result.notes == [message]
+    assert sorted(result.figures) == ["engine_number_words_tok_s", "engine_random_8x128_tok_s"]  # ours still measured
+
+
+def test_present_trl_runs_a_step_on_a_tiny_model(tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("trl")
+    assert trl_peer.trl_missing() is None
+    batch = number_words_batch(tiny_tokenizer, bench_numbers(2))
+    step = trl_peer.trl_step("recipes/tiny-llama", batch, trl_peer.TRL_SETTINGS["bf16_padding_free"])
+    assert step() > 0.0
+
+
+def test_comparison_without_trl_figures_has_no_best() -> None:
+    from tests.bench.test_report import MACHINE
+
+    out = derive([MACHINE, run.report.GroupResult("trl/bfloat16", {"engine_number_words_tok_s": 400.0})])["bfloat16"]
+    assert out["trl_number_words"] == {"engine_tok_s": 400.0, "engine_frac_of_peak": pytest.approx(0.4),
+                                       "trl_settings_tok_s": {}}
