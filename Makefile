@@ -23,12 +23,14 @@ $(STAMP): pyproject.toml constraints.txt
 demo: setup
 	$(BIN)/python -m recipes.sl_basic log_path=runs/demo behavior_if_log_dir_exists=delete
 
+# Two workers, a test file each at a time (its module fixtures built once): the tiny-model tests run
+# on one thread each (tests/conftest.py), so this uses both cores. 8 min -> 5 min here.
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # Quick feedback while developing: everything except the tests on the real SmolLM2 model.
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 # Speed against the machine's peak and the peers (TRL from the `[bench]` extra, installed here; the bench
 # skips TRL's rows, saying so, where it is absent). More settings: `make bench BENCH_ARGS="repeats=3 json_path=bench.json"`.
