@@ -267,13 +267,14 @@ async def _train(run: _Run, completions: list[Completion], teacher_T: list[np.nd
     teacher sent top-k, then one `optim_step`. With `kl_penalty_coef=0` and top-k the first pass would
     carry no gradient (every advantage 0), so it is left out."""
     config, client = run.config, run.training_client
-    student_D = [c.targets_T()[0] for c in completions]
-    masks_D = [c.targets_T()[1] for c in completions]
+    targets = [c.targets_T() for c in completions]
+    student_D, masks_D = [t[0] for t in targets], [t[1] for t in targets]
     batch_kl = teacher_kl(student_D, teacher_T, masks_D)
     baseline = batch_kl if config.center_kl else 0.0
-    pairs = [completion_to_datum(c, t, config.kl_penalty_coef, config.kl_discount_factor, baseline)
-             for c, t in zip(completions, teacher_T, strict=True)] if config.kl_penalty_coef > 0 or not topk_D else []
-    data_D, masks_D = [d for d, _ in pairs], [m for _, m in pairs]
+    data_D = []
+    if config.kl_penalty_coef > 0 or not topk_D:
+        data_D = [completion_to_datum(c, t, config.kl_penalty_coef, config.kl_discount_factor, baseline)[0]
+                  for c, t in zip(completions, teacher_T, strict=True)]
     forward_kl_D = [datum for completion, topk in zip(completions, topk_D, strict=True)
                     for datum in forward_kl_data(completion, topk, config.forward_kl_coef,
                                                 config.forward_kl_until_divergence)] if topk_D else []
@@ -290,7 +291,7 @@ async def _train(run: _Run, completions: list[Completion], teacher_T: list[np.nd
         metrics["forward_kl_topk"] = forward_kl_topk(
             [d.loss_fn_inputs["weights"].to_numpy() for d in forward_kl_D],
             [o["logprobs"].to_numpy() for o in output.loss_fn_outputs],
-            config.forward_kl_coef, sum(float(c.targets_T()[1].sum()) for c in completions))
+            config.forward_kl_coef, sum(float(m.sum()) for m in masks_D))
         metrics["optim/forward_kl_loss_sum"] = float(output.metrics.get("loss:sum", 0.0))
     await optim
     return metrics

@@ -5,8 +5,9 @@ of the weights) with the sampled snapshot's LoRA loaded. The delta is added besi
 the trainer computes it, in the model's forward (prefill, scoring) and in the fused decode step;
 only the fused step's packed copy of the weights (CPU) takes it merged in fp32 (base-model decode
 speed). Merging a small delta into bf16 weights would round much of it away and the sampler's
-log-probs would drift from the trainer's, so bf16 keeps it beside there too. Requests are batched: every distinct prompt is prefilled once, its KV cache is shared
-by all its samples, and finished rows leave the batch. Llama-family models decode through the
+log-probs would drift from the trainer's, so bf16 keeps it beside there too. Requests are batched:
+every distinct prompt is prefilled once, its KV cache is shared by all its samples, and finished
+rows leave the batch. Llama-family models decode through the
 fused step of `decoder.py` (2-3x the model's own forward on a CPU); others through their forward.
 
 Returned log-probs are those of the distribution sampled from: `log_softmax(logits / T)` for
