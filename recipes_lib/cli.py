@@ -25,6 +25,7 @@ from chz.blueprint import (
 )
 
 from recipes_lib.backends import make_service_client
+from recipes_lib.backends.local.host import run_hosted
 from recipes_lib.backends.protocols import ServiceClient, TrainingClient
 from recipes_lib.checkpoints import (
     CheckpointRecord,
@@ -88,7 +89,7 @@ def run_recipe(main: Callable[[T], Any], blueprint: chz.Blueprint[T], argv: Sequ
     """
     config = config_from_argv(blueprint, argv)
     with user_errors(config):
-        main(config)
+        run_hosted(lambda: main(config))  # the local engine serves from this (main) thread: see `host`
 
 
 @contextlib.contextmanager

@@ -10,10 +10,12 @@ and bf16 autocast:
   8 prompts from a rank-32 LoRA snapshot, against the weight-streaming bound (bandwidth measured);
 - the RL-shaped batch: 8 number-words prompts x 4 samples, up to 32 new tokens, stopping at
   end-of-turn, from a fresh LoRA snapshot every iteration (the snapshot switch timed with it);
-- peers in the same run: a plain peft training loop, HF `generate`, and (bf16) TRL's `SFTTrainer`
+- peers in the same run: a plain peft training loop, HF `generate`, CTranslate2 (int8, and the
+  bench's precision where this CPU build offers it), and (bf16) TRL's `SFTTrainer`
   + PEFT at each of a few settings, alternating with our engine on the same token ids, on
   number-to-words chats (batch 8, loss on the answer) and on 8 x 128 tokens, the best one kept
-  (`trl` comes with the optional `[bench]` extra; without it those rows are skipped, saying so);
+  (`trl` and `ctranslate2` come with the optional `[bench]` extra; without them those rows are
+  skipped, saying so);
 - with `server=True`: the same training and sampling through the official `tinker` SDK against
   `recipes_lib.server`, timed alternately with the in-process calls;
 - peak RSS of each workload group, each run in a process of its own (`isolate=True`).

@@ -8,7 +8,10 @@ from typing import Any
 PrecisionName = str  # "float32" | "bfloat16"
 TRL_WORKLOADS = {"number_words": "number-to-words chats, batch 8, loss on the answer",
                  "random_8x128": "8 x 128 tokens, loss on all"}
-BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2}
+# "int8": CTranslate2's int8 model stores every weight matrix, the embedding and unembedding included, as
+# int8 (plus one float scale per row and fp32 norms: 1.06 bytes per parameter measured on the tiny model).
+BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "int8": 1}
+CT2_INT8 = "int8"
 
 
 @dataclass
@@ -73,6 +76,7 @@ def derive(groups: list[GroupResult]) -> dict[str, dict[str, Any]]:
                 out[key.replace("_tok_s", "_frac_of_bound")] = row[key] / bound
         out["train_vs_peft_loop"] = _ratio(row.get("train_tok_s"), row.get("peer_train_tok_s"))
         out["sample_vs_hf_generate"] = _ratio(row.get("sample_8_prompts_tok_s"), row.get("peer_sample_tok_s"))
+        out |= _ct2_comparison(row, precision, machine["bandwidth_gb_s"], params, bound)
         out["server_train_vs_in_process"] = _ratio(row.get("server_train_tok_s"), row.get("paired_train_tok_s"))
         out["server_sample_vs_in_process"] = _ratio(row.get("server_sample_8_prompts_tok_s"),
                                                     row.get("paired_sample_tok_s"))
@@ -81,6 +85,22 @@ def derive(groups: list[GroupResult]) -> dict[str, dict[str, Any]]:
                 out[f"trl_{workload}"] = _trl_comparison(row, workload, flops, peak)
         derived[precision] = {key: value for key, value in out.items() if value is not None}
     return derived
+
+
+def _ct2_comparison(row: dict[str, float], precision: PrecisionName, bandwidth_gb_s: float, params: float,
+                    bound: float) -> dict[str, Any]:
+    """Ours against CTranslate2 under each compute type it ran (int8, `precision`), and CT2's share of its
+    weight-streaming bound (int8 weights: 1 byte per parameter; `precision`: the precision's bound)."""
+    out: dict[str, Any] = {}
+    for compute_type in (CT2_INT8, precision):
+        tok_s = row.get(f"peer_ct2_{compute_type}_sample_tok_s")
+        if tok_s is None:
+            continue
+        ct2_bound = decode_bound_tok_s(bandwidth_gb_s, params, CT2_INT8) if compute_type == CT2_INT8 else bound
+        out |= {f"ct2_{compute_type}_decode_bound_tok_s": ct2_bound, f"ct2_{compute_type}_frac_of_bound": tok_s / ct2_bound}
+        ratio = _ratio(row.get("sample_8_prompts_tok_s"), tok_s)
+        out |= {} if ratio is None else {f"sample_vs_ct2_{compute_type}": ratio}
+    return out
 
 
 def _trl_comparison(row: dict[str, float], workload: str, flops: float, peak: float) -> dict[str, Any]:
@@ -115,7 +135,8 @@ def format_table(groups: list[GroupResult], descriptions: dict[str, str]) -> str
              f"{machine['bandwidth_gb_s']:.0f} GB/s; model {machine['mflop_per_token']:.0f} MFLOP/token (trained)"]
     for precision, out in derived.items():
         row = {k: v for g in groups if g.precision == precision for k, v in g.figures.items()}
-        lines += [f"\n[{precision}]", *_engine_lines(row, out), *_trl_lines(out, descriptions)]
+        lines += [f"\n[{precision}]", *_engine_lines(row, out), *_ct2_lines(row, out, precision),
+                  *_trl_lines(out, descriptions)]
     notes = [f"  {g.name}: {note}" for g in groups for note in g.notes]
     lines += ["\nnotes:", *notes] if notes else []
     lines += ["\npeak RSS per workload (own process):"]
@@ -150,6 +171,17 @@ def _engine_lines(row: dict[str, float], out: dict[str, Any]) -> list[str]:
                               "server_sample_vs_in_process")):
         suffix = " in-process" if key.startswith("server") else ""
         lines += _line(label, row.get(key), extra=f" -> ours{suffix} {out[ours]:.2f}x" if ours in out else "")
+    return lines
+
+
+def _ct2_lines(row: dict[str, float], out: dict[str, Any], precision: PrecisionName) -> list[str]:
+    lines = []
+    for compute_type in (CT2_INT8, precision):
+        frac, ratio = out.get(f"ct2_{compute_type}_frac_of_bound"), out.get(f"sample_vs_ct2_{compute_type}")
+        extra = "" if frac is None else (f" = {frac:.0%} of its weight-streaming bound "
+                                         f"({out[f'ct2_{compute_type}_decode_bound_tok_s']:.0f})")
+        lines += _line(f"peer: CTranslate2 {compute_type}, 8 prompts x 64", row.get(f"peer_ct2_{compute_type}_sample_tok_s"),
+                       extra=extra + ("" if ratio is None else f" -> ours {ratio:.2f}x"))
     return lines
 
 

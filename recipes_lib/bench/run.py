@@ -14,8 +14,9 @@ import chz
 import torch
 
 from recipes_lib.backends.local.clients import ServiceClient
+from recipes_lib.backends.local.engine import get_engine
 from recipes_lib.backends.local.models import load_base_model
-from recipes_lib.bench import machine, peers, report, trl_peer, workloads
+from recipes_lib.bench import ct2_peer, machine, peers, report, trl_peer, workloads
 from recipes_lib.bench.data import bench_numbers, number_words_batch, random_batch
 from recipes_lib.bench.served import bench_server
 from recipes_lib.cli import config_from_argv
@@ -65,12 +66,12 @@ class BenchConfig:
 
 def group_names(config: BenchConfig) -> list[str]:
     """The workload groups, in run order: the machine, then per precision the TRL comparison (bf16),
-    the RL batch, our training and sampling rows, the other peers and the server."""
+    the RL batch, our training and sampling rows, the other peers (CTranslate2 last) and the server."""
     names = ["machine"]
     for precision in config.precisions:
         names += [f"trl/{precision}"] if precision == "bfloat16" and config.trl_settings else []
         names += [f"{kind}/{precision}" for kind in ("rl_batch", "engine_train", "engine_sample", "peft_loop",
-                                                     "hf_generate")]
+                                                     "hf_generate", "ct2_generate")]
         names += [f"server/{precision}"] if config.server else []
     return names
 
@@ -85,6 +86,8 @@ def run_group(config: BenchConfig, name: str) -> report.GroupResult:
         return report.GroupResult(name, _machine(config))
     if kind == "trl":
         return _trl(config, precision)
+    if kind == "ct2_generate":
+        return _ct2_generate(config, precision)
     return report.GroupResult(name, _GROUPS[kind](config, precision))
 
 
@@ -155,13 +158,34 @@ def _trl(config: BenchConfig, precision: str) -> report.GroupResult:
     for workload, batch in batches.items():
         steps = {"engine": machine.wall_clock(workloads.training_step(service, config.model, batch,
                                                                       train_unembed=False))}
-        if missing is None:
-            steps |= {f"trl/{workload}/{name}": trl_peer.trl_step(config.model, batch, trl_peer.TRL_SETTINGS[name])
+        if missing is None:  # each TRL step on the engine's thread, so both use the same thread and cores
+            steps |= {f"trl/{workload}/{name}": _on_engine_thread(
+                precision, trl_peer.trl_step(config.model, batch, trl_peer.TRL_SETTINGS[name]))
                       for name in config.trl_settings}
         seconds = machine.alternating_self_timed(steps, config.repeats)
         figures |= {("engine_" + workload + "_tok_s" if key == "engine" else key): batch.predicted_tokens / value
                     for key, value in seconds.items()}
     return report.GroupResult(f"trl/{precision}", figures, notes=[missing] if missing else [])
+
+
+def _ct2_generate(config: BenchConfig, precision: str) -> report.GroupResult:
+    """CTranslate2 on HF generate's workload, int8 and (where CT2 has it on this CPU) `precision`,
+    alternating round by round; no figures, and a note, where ctranslate2 is not installed."""
+    name = f"ct2_generate/{precision}"
+    missing = ct2_peer.ct2_missing()
+    if missing is not None:
+        return report.GroupResult(name, {}, notes=[missing])
+    with tempfile.TemporaryDirectory(prefix="bench-ct2-") as folder:
+        runs, notes = ct2_peer.ct2_runs(config.model, precision, Path(folder))
+        seconds = machine.alternating_seconds(runs, config.repeats)
+    return report.GroupResult(name, {f"peer_ct2_{compute_type}_sample_tok_s": 8 * ct2_peer.NEW_TOKENS / value
+                                     for compute_type, value in seconds.items()}, notes=notes)
+
+
+def _on_engine_thread(precision: str, step: Callable[[], float]) -> Callable[[], float]:
+    """`step` run by the local engine's serving thread (the main thread when the group is hosted)."""
+    engine = get_engine(precision, "cpu")  # type: ignore[arg-type]
+    return lambda: engine.call(step).result()
 
 
 def run_isolated(config: BenchConfig, name: str, argv: Sequence[str]) -> report.GroupResult:

@@ -10,13 +10,22 @@ from pathlib import Path
 
 import chz
 
+from recipes_lib.backends.local.host import run_hosted
 from recipes_lib.bench.run import BenchConfig, peak_rss_mb, run_group
 from recipes_lib.cli import config_from_argv
+
+# Groups that time our engine run as a recipe does (`host.run_hosted`); the peers' groups run on
+# the main thread as a user's script would, and TRL, timed beside our engine, on the engine's thread.
+HOSTED = ("trl", "rl_batch", "engine_train", "engine_sample")
 
 
 def main(argv: list[str]) -> None:
     out, name, *config_argv = argv
-    result = run_group(config_from_argv(chz.Blueprint(BenchConfig), config_argv), name)
+    config = config_from_argv(chz.Blueprint(BenchConfig), config_argv)
+    if name.partition("/")[0] in HOSTED:  # as recipes run: the engine serves from the main thread
+        result = run_hosted(lambda: run_group(config, name))
+    else:
+        result = run_group(config, name)
     result.peak_rss_mb = peak_rss_mb()
     Path(out).write_text(json.dumps(dataclasses.asdict(result)))
 

@@ -27,6 +27,8 @@ def groups() -> list[GroupResult]:
         GroupResult("rl_batch/bfloat16", {"rl_batch_tok_s": 80.0, "rl_batch_s": 2.5, "rl_batch_tokens": 200.0}),
         GroupResult("peft_loop/bfloat16", {"peer_train_tok_s": 250.0}),
         GroupResult("hf_generate/bfloat16", {"peer_sample_tok_s": 160.0}),
+        GroupResult("ct2_generate/bfloat16", {"peer_ct2_int8_sample_tok_s": 400.0},
+                    notes=["CTranslate2 bfloat16 row skipped: not a CT2 compute type on this CPU"]),
         GroupResult("trl/bfloat16", {"engine_number_words_tok_s": 600.0, "trl/number_words/bf16_sdpa": 200.0,
                                      "trl/number_words/bf16_padding_free": 300.0, "engine_random_8x128_tok_s": 700.0,
                                      "trl/random_8x128/bf16_sdpa": 350.0}, peak_rss_mb=2000.0),
@@ -50,6 +52,10 @@ def test_derived_ratios() -> None:
     assert "rl_batch_frac_of_bound" not in out  # 32 rows that stop early: the 8-row bound does not apply
     assert out["train_vs_peft_loop"] == pytest.approx(2.0)
     assert out["sample_vs_hf_generate"] == pytest.approx(1.25)
+    assert out["sample_vs_ct2_int8"] == pytest.approx(0.5)
+    assert out["ct2_int8_decode_bound_tok_s"] == pytest.approx(800.0)  # 8 rows x 10 GB/s / 0.1 GB of int8 weights
+    assert out["ct2_int8_frac_of_bound"] == pytest.approx(0.5)
+    assert "sample_vs_ct2_bfloat16" not in out
     assert "server_train_vs_in_process" not in out  # not measured: left out, not None
     words = out["trl_number_words"]
     assert (words["trl_best_setting"], words["trl_best_tok_s"]) == ("bf16_padding_free", 300.0)
@@ -75,6 +81,9 @@ def test_table_names_the_best_setting_the_ratios_and_the_memory() -> None:
     assert "TRL bf16 base weights, padding-free" in table
     assert "= 50% of peak" in table and "= 50% of weight-streaming bound" in table
     assert "-> ours 2.00x" in table  # the peft loop
+    assert ("peer: CTranslate2 int8, 8 prompts x 64" in table and "= 50% of its weight-streaming bound (800)" in table
+            and "-> ours 0.50x" in table)
+    assert "ct2_generate/bfloat16: CTranslate2 bfloat16 row skipped" in table
     assert "0.80 s/batch" not in table and "2.50 s/batch" in table
     assert "trl/float32: TRL rows skipped: trl is not" in table
     assert "trl/bfloat16" in table and "2000 MB" in table and "in-process, not measured" in table

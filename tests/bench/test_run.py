@@ -18,7 +18,7 @@ def config(*argv: str) -> run.BenchConfig:
 def test_groups_per_precision_trl_in_bf16_only() -> None:
     assert run.group_names(config("precisions=bfloat16", "server=True")) == [
         "machine", "trl/bfloat16", "rl_batch/bfloat16", "engine_train/bfloat16", "engine_sample/bfloat16",
-        "peft_loop/bfloat16", "hf_generate/bfloat16", "server/bfloat16"]
+        "peft_loop/bfloat16", "hf_generate/bfloat16", "ct2_generate/bfloat16", "server/bfloat16"]
     assert "trl/float32" not in run.group_names(config("precisions=float32"))
 
 

@@ -1,7 +1,9 @@
-"""The embedded engine: base models in memory and one worker thread that runs every request.
+"""The embedded engine: base models in memory and one thread that runs every request.
 
-One worker per process and precision executes requests in submission order, so the requests of a
-training client run in order and never race on the shared base model. `sample` and
+One thread per process and precision executes requests in submission order, so the requests of a
+training client run in order and never race on the shared base model. That thread is the engine's
+own worker, or the process's main thread when a recipe runs through `host.run_hosted` (faster on
+a CPU; see `host`). `sample` and
 `compute_logprobs` requests are batched: when the worker reaches one, it briefly lets concurrent
 callers add more, then runs all pending requests for the same weights as one batch (sampler
 snapshots are immutable, so they may run ahead of queued training requests).
@@ -24,6 +26,7 @@ import transformers
 from tinker import types
 from transformers import PreTrainedModel
 
+from recipes_lib.backends.local import host
 from recipes_lib.backends.local.adapters import AdapterHost, LoraSpec, lora_deltas
 from recipes_lib.backends.local.attention import use_fp32_attention
 from recipes_lib.backends.local.decoder import share_fused_storage
@@ -118,8 +121,37 @@ class LocalEngine:
         self._queue: deque[_Call | _Generation] = deque()
         self._cond = threading.Condition()
         self._stopped = threading.Event()
-        self._worker = threading.Thread(target=self._run, name="recipes-local-engine", daemon=True)
-        self._worker.start()
+        self._released = False  # the host thread is asked to stop serving (the engine lives on)
+        self._worker: threading.Thread | None = None
+        if not host.adopt(self):
+            self.ensure_worker()
+
+    def ensure_worker(self) -> None:
+        """Serve requests on a worker thread of the engine's own from now on (unless one runs already)."""
+        with self._cond:
+            if self._stopped.is_set() or (self._worker is not None and self._worker.is_alive()):
+                return
+            self._released = False
+            self._worker = threading.Thread(target=self._run, name="recipes-local-engine", daemon=True)
+            self._worker.start()
+
+    def serve(self) -> None:
+        """Serve requests on the calling thread until `release` (or `stop`) is called."""
+        self._run()
+
+    def release(self) -> None:
+        """Make `serve` return once the request in progress is done."""
+        with self._cond:
+            self._released = True
+            self._cond.notify_all()
+
+    def interrupt(self) -> None:
+        """Fail the queued requests with KeyboardInterrupt (Ctrl-C reached the serving thread)."""
+        with self._cond:
+            queued, self._queue = list(self._queue), deque()
+        for item in queued:
+            if item.future.set_running_or_notify_cancel():
+                item.future.set_exception(KeyboardInterrupt())
 
     def stop(self) -> None:
         """Drop queued requests, cut a running generation short and wait for the worker to end.
@@ -131,7 +163,9 @@ class LocalEngine:
             self._stopped.set()
             self._queue.clear()
             self._cond.notify_all()
-        self._worker.join()
+        worker = self._worker
+        if worker is not None and worker.is_alive() and worker is not threading.current_thread():
+            worker.join()
 
     def base(self, name: str) -> BaseEntry:
         """The loaded base model `name` (loaded on first use, then shared)."""
@@ -176,22 +210,28 @@ class LocalEngine:
             self._cond.notify_all()
 
     def _run(self) -> None:
-        while not self._stopped.is_set():
+        while not self._stopped.is_set() and not self._released:
             call, generations = self._next()
-            if call is not None:
-                for base in list(self._bases.values()):
-                    base.sampler.release()  # e.g. its fp32 packed weights, while training runs
-                return_freed_memory(self.precision.device)
-                _resolve(call.future, call.fn)
-            elif generations:
-                self._run_generations(generations)
+            try:
+                if call is not None:
+                    for base in list(self._bases.values()):
+                        base.sampler.release()  # e.g. its fp32 packed weights, while training runs
+                    return_freed_memory(self.precision.device)
+                    _resolve(call.future, call.fn)
+                elif generations:
+                    self._run_generations(generations)
+            except BaseException as exc:  # Ctrl-C on the main thread: no taken request is left waiting
+                for future in [call.future] if call is not None else [g.future for g in generations]:
+                    if not future.done():
+                        future.set_exception(exc)
+                raise
             return_freed_memory(self.precision.device)
 
     def _next(self) -> tuple[_Call | None, list[_Generation]]:
         with self._cond:
-            while not self._queue and not self._stopped.is_set():
+            while not self._queue and not self._stopped.is_set() and not self._released:
                 self._cond.wait()
-            if self._stopped.is_set():
+            if self._stopped.is_set() or (self._released and not self._queue):
                 return None, []
             head = self._queue[0]
             if isinstance(head, _Call):
@@ -223,7 +263,7 @@ class LocalEngine:
                     self._run_scores(items)
                 else:
                     self._run_samples(items)
-            except Exception as exc:  # noqa: BLE001 - reported to every waiting caller
+            except BaseException as exc:  # noqa: BLE001 - reported to every waiting caller (Ctrl-C too)
                 for item in items:
                     if not item.future.done():
                         item.future.set_exception(exc)

@@ -1,0 +1,89 @@
+"""`host.run_hosted`: the recipe runs on a second thread and the main thread serves its local engine.
+
+Each case runs in a fresh interpreter, where the test controls which thread is the main one.
+"""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PRELUDE = """
+import faulthandler; faulthandler.dump_traceback_later(200, exit=True)  # a hang shows where
+import threading, torch
+from tinker import types
+from recipes_lib.backends.local.clients import ServiceClient
+from recipes_lib.backends.local.engine import get_engine
+from recipes_lib.backends.local.host import run_hosted
+"""
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=240)
+
+
+def test_the_main_thread_serves_the_engine_the_recipe_creates() -> None:
+    out = _python("""
+        torch.set_num_threads(2)
+        def recipe():
+            service = ServiceClient(precision="float32", device="cpu")
+            sampler = service.create_sampling_client(base_model="recipes/tiny-llama")
+            response = sampler.sample(types.ModelInput.from_ints([5, 6, 7]), 2,
+                                      types.SamplingParams(max_tokens=3, seed=0)).result()
+            engine = get_engine("float32", "cpu")
+            served_by = engine.call(lambda: (threading.current_thread().name, torch.get_num_threads())).result()
+            return threading.current_thread().name, torch.get_num_threads(), served_by, len(response.sequences)
+        print(run_hosted(recipe))
+        # After the recipe, the same engine still serves this process's requests, on a worker thread.
+        print(get_engine("float32", "cpu").call(lambda: threading.current_thread().name).result())
+    """)
+    assert out.returncode == 0, out.stderr
+    first, second = out.stdout.strip().splitlines()[-2:]
+    assert first == "('recipes-main', 1, ('MainThread', 2), 2)"
+    assert second == "recipes-local-engine"
+
+
+def test_the_recipes_result_and_error_come_back_to_the_caller() -> None:
+    out = _python("""
+        print(run_hosted(lambda: 41 + 1))
+        def fails():
+            raise ValueError("bad key")
+        try:
+            run_hosted(fails)
+        except ValueError as exc:
+            print("raised", exc)
+        print(run_hosted(lambda: run_hosted(lambda: threading.current_thread().name)))  # nested: same thread
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-3:] == ["42", "raised bad key", "recipes-main"]
+
+
+@pytest.mark.parametrize("where", ["waiting", "training"])
+def test_ctrl_c_reaches_the_recipe_and_then_the_caller(where: str) -> None:
+    """Ctrl-C on the main thread (SIGINT from another thread here) unwinds the recipe's thread and exits."""
+    out = _python(f"""
+        import os, signal, time
+        unwound = []
+        def recipe():
+            service = ServiceClient(precision="float32", device="cpu")
+            trainer = service.create_lora_training_client("recipes/tiny-llama", rank=2, seed=0)
+            datum = types.Datum(model_input=types.ModelInput.from_ints([5, 6, 7]),
+                                loss_fn_inputs={{"target_tokens": [6, 7, 8], "weights": [1.0, 1.0, 1.0]}})
+            threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+            try:
+                while True:
+                    if "{where}" == "training":
+                        trainer.forward_backward([datum], "cross_entropy").result()
+                    else:
+                        time.sleep(0.01)
+            finally:
+                unwound.append(True)
+        try:
+            run_hosted(recipe)
+        except KeyboardInterrupt:
+            print("interrupted", unwound)
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "interrupted [True]"
