@@ -21,7 +21,6 @@ from torch.utils.checkpoint import checkpoint
 from recipes_lib.backends.local.batch import PreparedDatum, micro_batches, pad_right_tokens
 from recipes_lib.backends.local.logits import OutputHead
 from recipes_lib.backends.local.losses import gradient_mask, per_token_loss
-from recipes_lib.backends.local.memory import return_freed_memory
 from recipes_lib.backends.local.precision import Precision
 
 LOGIT_CHUNK_ROWS = 128  # rows of [rows x vocab] logits materialised at once (~25 MB in fp32)
@@ -158,9 +157,7 @@ def builtin_pass(
         loss_sum += float(total.detach())
         for i, lp in zip(indices, logprobs):
             outputs[i] = lp.detach().float().cpu()
-        if backward:
-            del logprobs, losses, total
-            return_freed_memory(precision.device)  # before the next micro-batch's activations
+        del logprobs, losses, total  # before the next micro-batch's activations
     return PassResult([lp for lp in outputs if lp is not None], loss_sum, {"loss:sum": loss_sum})
 
 
