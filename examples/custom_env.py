@@ -3,6 +3,7 @@ import functools
 import chz
 import tinker
 
+from recipes_lib.backends import run_hosted
 from renderers import Message, Renderer
 from rl import train
 from rl.dataset import ListRLDataset, RepeatedEnvGroupBuilder, renderer_for
@@ -37,3 +38,7 @@ class OneWordDatasetBuilder(RLDatasetBuilder):
 def main(model_name: str = "HuggingFaceTB/SmolLM2-135M-Instruct", log_path: str = "/tmp/one-word") -> None:
     train.main(train.Config(log_path=log_path, model_name=model_name, learning_rate=1e-4, max_tokens=8,
                             dataset_builder=OneWordDatasetBuilder(model_name=model_name)))
+
+
+if __name__ == "__main__":  # the local engine then serves from the main thread (faster on a CPU)
+    run_hosted(main)

@@ -4,8 +4,13 @@ Both return a `ServiceClient` with the Tinker client surface (see `protocols.py`
 branch on the backend themselves.
 """
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from recipes_lib.backends.protocols import SamplingClient, ServiceClient, TrainingClient
 from recipes_lib.config import BackendConfig
+
+T = TypeVar("T")
 
 
 def make_service_client(config: BackendConfig | None = None) -> ServiceClient:
@@ -20,4 +25,12 @@ def make_service_client(config: BackendConfig | None = None) -> ServiceClient:
     return LocalServiceClient(precision=config.precision, device=config.device)
 
 
-__all__ = ["make_service_client", "ServiceClient", "TrainingClient", "SamplingClient", "BackendConfig"]
+def run_hosted(fn: Callable[[], T]) -> T:
+    """`fn()` on a second thread while the main thread serves the local engine it creates (faster on a
+    CPU; `recipes_lib.backends.local.host` says why). Every recipe's entry point runs this way."""
+    from recipes_lib.backends.local.host import run_hosted as run
+
+    return run(fn)
+
+
+__all__ = ["make_service_client", "run_hosted", "ServiceClient", "TrainingClient", "SamplingClient", "BackendConfig"]

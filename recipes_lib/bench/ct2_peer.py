@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from recipes_lib.backends.local.models import load_base_model
+from recipes_lib.bench.data import SAMPLING_PROMPTS
 from recipes_lib.bench.trl_peer import INSTALL_HINT
 from recipes_lib.tokenizers import get_tokenizer
 
@@ -56,8 +57,7 @@ def ct2_generate_run(ct2_folder: Path, model_name: str, compute_type: str) -> Ca
     generator = ctranslate2.Generator(str(ct2_folder), device="cpu", compute_type=compute_type,
                                       intra_threads=torch.get_num_threads())
     tokenizer = get_tokenizer(model_name)
-    prompts = [tokenizer.convert_ids_to_tokens(tokenizer.encode(f"Tell me a short story about the number {i}."))
-               for i in range(8)]
+    prompts = [tokenizer.convert_ids_to_tokens(tokenizer.encode(text)) for text in SAMPLING_PROMPTS]
     ctranslate2.set_random_seed(0)
 
     def run() -> None:

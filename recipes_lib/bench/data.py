@@ -18,6 +18,8 @@ IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 _ONES = ("", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
          "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")
 _TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+# The sampling workloads' prompts (our engine, HF `generate`, CTranslate2): 8 prompts x 64 new tokens.
+SAMPLING_PROMPTS = tuple(f"Tell me a short story about the number {i}." for i in range(8))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from typing import Any
 import torch
 
 from recipes_lib.backends.local.models import load_base_model
-from recipes_lib.bench.data import random_batch
+from recipes_lib.bench.data import SAMPLING_PROMPTS, random_batch
 from recipes_lib.tokenizers import get_tokenizer
 
 
@@ -38,8 +38,7 @@ def hf_generate_run(model_name: str, precision: str) -> Callable[[], None]:
     model.to(dtype)
     tokenizer = get_tokenizer(model_name)
     tokenizer.padding_side = "left"
-    batch = tokenizer([f"Tell me a short story about the number {i}." for i in range(8)], return_tensors="pt",
-                      padding=True)
+    batch = tokenizer(list(SAMPLING_PROMPTS), return_tensors="pt", padding=True)
 
     def run() -> None:
         with torch.inference_mode():

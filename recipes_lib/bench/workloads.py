@@ -12,6 +12,7 @@ from typing import Any
 from tinker import types
 
 from recipes_lib.bench.data import (
+    SAMPLING_PROMPTS,
     TokenBatch,
     bench_numbers,
     end_of_turn_token,
@@ -42,8 +43,7 @@ def sampling_run(service: Any, model: str, shared_prompt: bool, lora: bool = Fal
     else:
         sampler = service.create_sampling_client(base_model=model).result()
     tokenizer = get_tokenizer(model)  # the SDK's SamplingClient.get_tokenizer() asks the hub
-    prompts = [types.ModelInput.from_ints(tokenizer.encode(f"Tell me a short story about the number {i}."))
-               for i in range(8)]
+    prompts = [types.ModelInput.from_ints(tokenizer.encode(text)) for text in SAMPLING_PROMPTS]
     params = types.SamplingParams(max_tokens=max_tokens, temperature=1.0, seed=0)
 
     def run() -> None:
