@@ -70,7 +70,13 @@ def serve(config: ServerConfig) -> None:
     if config.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"recipes server: warning: listening on {config.host}, not only this machine; traffic is plain "
               "HTTP (no TLS), so the API key and data cross the network readable.", flush=True)
-    uvicorn.run(app, host=config.host, port=config.port, log_level="warning", access_log=False)
+    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
+                                           access_log=False))
+    from recipes_lib.backends.local import host
+
+    # Under `run_recipe` this runs on a second thread; Ctrl-C there asks uvicorn to shut down.
+    host.on_interrupt(lambda: setattr(server, "should_exit", True))
+    server.run()
 
 
 def free_port() -> int:

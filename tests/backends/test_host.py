@@ -6,8 +6,13 @@ Each case runs in a fresh interpreter, where the test controls which thread is t
 import subprocess
 import sys
 import textwrap
+import threading
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from recipes_lib.backends.local.engine import LocalEngine
 
 PRELUDE = """
 import faulthandler; faulthandler.dump_traceback_later(200, exit=True)  # a hang shows where
@@ -62,7 +67,11 @@ def test_the_recipes_result_and_error_come_back_to_the_caller() -> None:
 
 @pytest.mark.parametrize("where", ["waiting", "training"])
 def test_ctrl_c_reaches_the_recipe_and_then_the_caller(where: str) -> None:
-    """Ctrl-C on the main thread (SIGINT from another thread here) unwinds the recipe's thread and exits."""
+    """Ctrl-C on the main thread (SIGINT from another thread here) unwinds the recipe's thread once.
+
+    Training, it comes from the request the recipe waits on; waiting on nothing of the engine's, it
+    is raised in the recipe's thread.
+    """
     out = _python(f"""
         import os, signal, time
         unwound = []
@@ -84,6 +93,41 @@ def test_ctrl_c_reaches_the_recipe_and_then_the_caller(where: str) -> None:
             run_hosted(recipe)
         except KeyboardInterrupt:
             print("interrupted", unwound)
+        # The engine serves this process again, on a worker thread.
+        print(get_engine("float32", "cpu").call(lambda: threading.current_thread().name).result())
     """)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "interrupted [True]"
+    assert out.stdout.strip().splitlines()[-2:] == ["interrupted [True]", "recipes-local-engine"]
+
+
+def _engine() -> "LocalEngine":
+    from recipes_lib.backends.local.engine import LocalEngine
+    from recipes_lib.backends.local.precision import resolve_precision
+
+    return LocalEngine(resolve_precision("float32", "cpu"))  # not adopted: a worker thread serves it
+
+
+def test_after_an_interrupt_requests_fail_until_the_engine_recovers() -> None:
+    engine = _engine()
+    try:
+        engine.interrupt()
+        with pytest.raises(KeyboardInterrupt):
+            engine.call(lambda: 1)
+        assert engine.recover()
+        assert engine.call(lambda: 2).result() == 2
+    finally:
+        engine.stop()
+
+
+def test_a_lock_left_held_by_an_interrupted_caller_fails_requests_instead_of_hanging() -> None:
+    engine = _engine()
+    try:
+        engine.interrupt()
+        holder = threading.Thread(target=engine._cond.acquire)  # dies holding it, as an async exception can leave it
+        holder.start()
+        holder.join()
+        assert not engine.recover(timeout_s=0.05)
+        with pytest.raises(KeyboardInterrupt):
+            engine.call(lambda: 1)
+    finally:
+        engine._stopped.set()  # `stop` would wait for that lock

@@ -23,9 +23,9 @@ from tests.server.conftest import API_KEY
 STEPS = 12
 
 
-def _start_server(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _start_server(port: int, env: dict[str, str], stderr: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
     process = subprocess.Popen([sys.executable, "-m", "recipes_lib.server", f"port={port}", "precision=float32",
-                                "device=cpu"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                "device=cpu"], env=env, stdout=subprocess.DEVNULL, stderr=stderr)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -84,3 +84,14 @@ def test_kill_9_restart_and_resume(tmp_path: Path) -> None:
     steps = [row["step"] for row in read_metrics(log_path)]
     assert steps == list(range(STEPS)), (killed_at, steps)
     assert load_checkpoints(log_path)[-1].name == "final"
+
+
+def test_ctrl_c_stops_the_server_without_a_traceback() -> None:
+    port = free_port()
+    server = _start_server(port, {**os.environ, "RECIPES_SERVER_API_KEY": API_KEY}, stderr=subprocess.PIPE)
+    try:
+        server.send_signal(signal.SIGINT)
+        _, stderr = server.communicate(timeout=60)
+    finally:
+        server.kill()
+    assert server.returncode == 130 and "Traceback" not in stderr.decode(), stderr.decode()

@@ -122,6 +122,8 @@ class LocalEngine:
         self._cond = threading.Condition()
         self._stopped = threading.Event()
         self._released = False  # the host thread is asked to stop serving (the engine lives on)
+        self._interrupted = False  # Ctrl-C: new requests fail at once, until `recover`
+        self._cut_short = 0  # requests the serving thread was running when Ctrl-C reached it
         self._worker: threading.Thread | None = None
         if not host.adopt(self):
             self.ensure_worker()
@@ -145,13 +147,38 @@ class LocalEngine:
             self._released = True
             self._cond.notify_all()
 
-    def interrupt(self) -> None:
-        """Fail the queued requests with KeyboardInterrupt (Ctrl-C reached the serving thread)."""
+    def interrupt(self) -> int:
+        """Ctrl-C reached the serving thread: fail the queued requests, and new ones until `recover`.
+
+        Returns how many requests failed with KeyboardInterrupt, counting those the serving thread
+        was running; their callers see the Ctrl-C when they wait on them. Once this returns the
+        engine takes no lock a caller may hold, so the host may then raise KeyboardInterrupt in a
+        caller's thread at any bytecode (even inside `_put`) and never wait on a lock left held.
+        """
         with self._cond:
+            self._interrupted = True
             queued, self._queue = list(self._queue), deque()
+            failed, self._cut_short = self._cut_short, 0
         for item in queued:
             if item.future.set_running_or_notify_cancel():
                 item.future.set_exception(KeyboardInterrupt())
+                failed += 1
+        return failed
+
+    def recover(self, timeout_s: float = 1.0) -> bool:
+        """After `interrupt`, serve requests again (on a worker thread); False if the state is lost.
+
+        It is lost when an interrupted caller left the queue's lock held (see `interrupt`); new
+        requests then keep failing with KeyboardInterrupt instead of waiting forever.
+        """
+        if not self._cond.acquire(timeout=timeout_s):
+            return False
+        try:
+            self._interrupted = False
+        finally:
+            self._cond.release()
+        self.ensure_worker()
+        return True
 
     def stop(self) -> None:
         """Drop queued requests, cut a running generation short and wait for the worker to end.
@@ -205,7 +232,11 @@ class LocalEngine:
         return LocalFuture(future)
 
     def _put(self, item: _Call | _Generation) -> None:
+        if self._interrupted:  # read without the lock, which an interrupted caller may have kept
+            raise KeyboardInterrupt
         with self._cond:
+            if self._interrupted:
+                raise KeyboardInterrupt
             self._queue.append(item)
             self._cond.notify_all()
 
@@ -224,6 +255,7 @@ class LocalEngine:
                 for future in [call.future] if call is not None else [g.future for g in generations]:
                     if not future.done():
                         future.set_exception(exc)
+                        self._cut_short += 1
                 raise
             return_freed_memory(self.precision.device)
 

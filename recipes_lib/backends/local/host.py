@@ -10,16 +10,18 @@ bf16, the same requests with the engine on its worker thread and then on the mai
 3.5 -> 2.6 s, a training step on 8 x 128 tokens ~185 -> 219 tokens/s. A GPU does not care which
 thread launches its kernels; the engine runs there the same way.
 
-So `run_hosted(fn)` (every recipe's entry point goes through it) runs `fn` on a second thread with
-one torch thread, and the first local engine that thread creates is served here, on the main
-thread, with the cores torch would otherwise use. Heavy torch work belongs in the engine; the
+So `run_hosted(fn)` (every recipe's entry point and `python -m recipes_lib.server` go through it)
+runs `fn` on a second thread with one torch thread, and the first local engine that thread creates
+is served here, on the main thread, with the cores torch would otherwise use. Heavy torch work belongs in the engine; the
 recipe's own torch work (an environment's, a loss's bookkeeping) runs single-threaded. Engines
-created elsewhere (a library user's script, the server) keep their own worker thread.
+created elsewhere (a library user's own script, a `ThreadedServer` in a notebook) keep their own
+worker thread.
 
-Ctrl-C reaches the main thread: it is passed on to the recipe's thread as a KeyboardInterrupt at
-its next bytecode, as it would reach a single-threaded program, and the requests it is waiting on
-fail with KeyboardInterrupt, so the recipe unwinds (and writes what it writes when interrupted)
-before the process exits.
+Ctrl-C reaches the main thread: the requests the recipe waits on, and any it sends from then on,
+fail with KeyboardInterrupt, and it is passed on to the recipe's thread as a KeyboardInterrupt at
+its next bytecode, as it would reach a single-threaded program; so the recipe unwinds (and writes
+what it writes when interrupted) before the process exits. After the recipe is gone the engine
+serves again, on a worker thread.
 """
 
 import ctypes
@@ -44,6 +46,7 @@ class _Hosting:
     client: threading.Thread | None = None
     engine: "LocalEngine | None" = None
     done: bool = False
+    on_interrupt: Callable[[], None] | None = None
     result: Any = None
     error: BaseException | None = None
 
@@ -62,6 +65,17 @@ def adopt(engine: "LocalEngine") -> bool:
         hosting.engine = engine
         hosting.cond.notify_all()
     return True
+
+
+def on_interrupt(handler: Callable[[], None]) -> None:
+    """Ctrl-C during this `run_hosted` calls `handler` on the main thread instead of raising there.
+
+    For a recipe thread that can stop itself cleanly (the server: its event loop would log a
+    traceback for an exception raised inside it). Outside `run_hosted`'s thread it does nothing.
+    """
+    hosting = _active
+    if hosting is not None and threading.current_thread() is hosting.client:
+        hosting.on_interrupt = handler
 
 
 def run_hosted(fn: Callable[[], T]) -> T:
@@ -102,8 +116,11 @@ def run_hosted(fn: Callable[[], T]) -> T:
         hosting.client.join()  # a second Ctrl-C leaves without waiting
     finally:
         _active = None
-        if hosting.engine is not None:
-            hosting.engine.ensure_worker()  # for later requests in this process
+        if hosting.engine is not None:  # for later requests in this process, on a worker thread
+            if interrupted:
+                hosting.engine.recover()
+            else:
+                hosting.engine.ensure_worker()
     if hosting.error is not None:
         raise hosting.error
     if interrupted:
@@ -121,10 +138,19 @@ def _serve(hosting: _Hosting) -> None:
 
 
 def _pass_on_interrupt(hosting: _Hosting) -> None:
-    """Raise KeyboardInterrupt in the recipe's thread, and fail the requests it may be waiting on."""
-    if hosting.engine is not None:
-        hosting.engine.interrupt()
-        hosting.engine.ensure_worker()  # requests sent while it unwinds are served
+    """Fail the requests the recipe waits on or sends; if there were none, interrupt its thread.
+
+    The recipe sees one KeyboardInterrupt: from the request it waits on when the engine was
+    running one for it, otherwise raised in its thread (it is doing its own work: an environment
+    step, a sleep, a request to the hosted API). The order matters: an exception raised in another
+    thread can land between a lock's acquire and the `try` that releases it, so after raising it
+    this thread touches no lock that thread may hold (it only joins it).
+    """
+    if hosting.engine is not None and hosting.engine.interrupt() > 0:
+        return
+    if hosting.on_interrupt is not None:
+        hosting.on_interrupt()
+        return
     if hosting.client is not None and hosting.client.ident is not None and hosting.client.is_alive():
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(hosting.client.ident),
                                                    ctypes.py_object(KeyboardInterrupt))
