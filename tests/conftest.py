@@ -48,8 +48,25 @@ def one_torch_thread(request: pytest.FixtureRequest) -> Iterator[None]:
     threads = torch.get_num_threads()
     if not request.node.get_closest_marker("slow"):
         torch.set_num_threads(1)
+    _engine_threads(torch.get_num_threads())
     yield
     torch.set_num_threads(threads)
+
+
+def _engine_threads(count: int) -> None:
+    """The same thread count on the engines' worker threads: torch keeps each thread's OpenMP team
+    size from its first parallel op, so a worker started during a `slow` test would keep two
+    threads, and then run this session's tiny-model tests ~10x slower while the other xdist
+    worker computes."""
+    import sys
+
+    engine_module = sys.modules.get("recipes_lib.backends.local.engine")
+    if engine_module is None:
+        return
+    import torch
+
+    for engine in list(engine_module._engines.values()):
+        engine.call(lambda: torch.set_num_threads(count)).result()
 
 
 @pytest.fixture(scope="session")

@@ -16,9 +16,9 @@ pytestmark = [
 
 
 def test_four_dpo_steps_raise_held_out_accuracy_and_margin(tmp_path: Path) -> None:
-    comparisons = ArithmeticComparisonBuilder(num_train=64, num_test=32, max_operand=50)
+    comparisons = ArithmeticComparisonBuilder(num_train=32, num_test=16, max_operand=50)
     main(Config(log_path=str(tmp_path), model_name=SMOLLM2_NAME, learning_rate=3e-4, eval_every=4, save_every=0,
-                dataset_builder=DPODatasetBuilder(comparison_builder=comparisons, batch_size=16, max_length=128),
+                dataset_builder=DPODatasetBuilder(comparison_builder=comparisons, batch_size=8, max_length=128),
                 behavior_if_log_dir_exists="raise"))
     rows = read_metrics(tmp_path)
     first, last = rows[0], rows[-1]

@@ -62,7 +62,8 @@ def _peak_rss(pid: int) -> int:
 def test_three_processes_with_a_thousand_samples_in_flight(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "RECIPES_SERVER_API_KEY": API_KEY, "RECIPES_HOME": str(tmp_path / "home"),
-           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "OMP_NUM_THREADS": "1"}  # a tiny model: more threads only add synchronisation
     (tmp_path / "home").mkdir()
     for shared in ("models", "tokenizers"):  # the converted-model caches of the test session
         (tmp_path / "home" / shared).symlink_to(Path(os.environ["RECIPES_HOME"]) / shared)
