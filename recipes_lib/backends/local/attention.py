@@ -4,7 +4,8 @@ torch's fused CPU attention is slower in bf16 than in fp32 at the shapes of a sm
 backward pass in particular (SmolLM2, 8 x 128 tokens, one layer: forward + backward 19.9 ms in
 bf16 against 10.5 ms in fp32 on this project's 2-core machine, about 9 % of a training step over
 30 layers). This attention implementation casts q, k and v up, attends in fp32 outside autocast,
-and casts the result back; it is registered with transformers under `FP32_SDPA` together with
+and casts the result back (keeping the bf16 q, k and v for the backward pass, not their fp32
+copies); it is registered with transformers under `FP32_SDPA` together with
 the SDPA mask builder (without a registered mask builder transformers would build no mask).
 """
 
@@ -14,6 +15,8 @@ import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from recipes_lib.backends.local.activations import made_again
 
 FP32_SDPA = "recipes_fp32_sdpa"
 
@@ -29,10 +32,16 @@ def _fp32_sdpa(
     dtype = query.dtype
     if attention_mask is not None and attention_mask.is_floating_point():
         attention_mask = attention_mask.float()
-    with torch.autocast(device_type=query.device.type, enabled=False):
-        out, weights = sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask,
-                                              **kwargs)
+    query32, key32, value32 = query.float(), key.float(), value.float()
+    # The backward pass gets the fp32 q, k and v by casting the bf16 ones again (`activations`).
+    upcast = [(query32, query, _to_float), (key32, key, _to_float), (value32, value, _to_float)]
+    with torch.autocast(device_type=query.device.type, enabled=False), made_again(upcast):
+        out, weights = sdpa_attention_forward(module, query32, key32, value32, attention_mask, **kwargs)
     return out.to(dtype), weights
+
+
+def _to_float(x: torch.Tensor) -> torch.Tensor:
+    return x.float()
 
 
 AttentionInterface.register(FP32_SDPA, _fp32_sdpa)

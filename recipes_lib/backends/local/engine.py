@@ -27,6 +27,7 @@ from tinker import types
 from transformers import PreTrainedModel
 
 from recipes_lib.backends.local import host
+from recipes_lib.backends.local.activations import keep_fewer_activations
 from recipes_lib.backends.local.adapters import AdapterHost, LoraSpec, lora_deltas
 from recipes_lib.backends.local.attention import use_fp32_attention
 from recipes_lib.backends.local.decoder import share_fused_storage
@@ -208,6 +209,7 @@ class LocalEngine:
                     model.to(self.precision.autocast)
                     if self.precision.device.type == "cpu":
                         use_fp32_attention(model)
+                keep_fewer_activations(model)  # bitwise the same gradients, ~25 % fewer bytes kept
                 # Trainer, scorer and sampler must all see the logits of the model's own forward.
                 check_output_head(model, name)
                 share_fused_storage(model)  # the fused decode step then reads these same tensors
