@@ -12,7 +12,9 @@ layer. This step computes the same function with
 - on a CPU, weights re-laid out once for oneDNN's small-batch matmul (1.4-2x faster per matmul);
   this packed copy is the decoder's only copy of the weights;
 - a LoRA delta kept beside the weights (the bf16 sampler) fused the same way: A stacked, B
-  block-diagonal, its products rounded as the sampler's own forward rounds them; or, in fp32,
+  block-diagonal, its products rounded as the sampler's own forward rounds them; packed, A's rows
+  go under W's so one matmul gives both products (LoRA sampling, 8 prompts x 64 tokens, SmolLM2
+  bf16: 1.03x, pairwise median of 6 alternated runs in one process); or, in fp32,
   merged into the packed copy (base-model decode speed; the shared weights stay untouched);
 - a KV cache grown in large steps and written in place (fp32, one tensor for all layers), and the
   one-query attention computed directly in fp32, which at these sizes is ~3x faster on a CPU than
@@ -144,9 +146,13 @@ class _Fused:
                 merged = torch.addmm(self.weight.float(), self.lora_b.float(), self.lora_a.float(), alpha=self.lora_scale)
                 self.packed = _reorder(merged.to(self.weight.dtype))
             return
-        self.packed = _reorder(self.weight)
         if self.lora_a is not None and self.lora_b is not None:
-            self.packed_a, self.packed_b = _reorder(self.lora_a), _reorder(self.lora_b)
+            self.packed_b = _reorder(self.lora_b)
+            if self.bias is None:  # A's rows below W's: one matmul gives `x @ W^T` and `x @ A^T`
+                self.packed = _reorder(torch.cat([self.weight, self.lora_a]))
+                return
+            self.packed_a = _reorder(self.lora_a)  # the bias is added inside W's matmul, as the model adds it
+        self.packed = _reorder(self.weight)
 
     def release(self) -> None:
         """Drop the packed copies (`pack` makes them again)."""
@@ -180,11 +186,14 @@ class _Fused:
         self.lora_b = b_block.to(dtype)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        out = _linear(x, self.weight, self.packed, self.bias)
-        if self.lora_a is not None and self.lora_b is not None and not self.merged():
-            u = _linear(x, self.lora_a, self.packed_a)
-            out = out + _linear(u, self.lora_b, self.packed_b) * self.lora_scale
-        return out
+        if self.lora_a is None or self.lora_b is None or self.merged():
+            return _linear(x, self.weight, self.packed, self.bias)
+        if self.packed is not None and self.packed_a is None:  # W and A packed as one (see `pack`)
+            both = _linear(x, self.weight, self.packed)
+            out, u = both[:, : self.weight.shape[0]], both[:, self.weight.shape[0] :]
+        else:
+            out, u = _linear(x, self.weight, self.packed, self.bias), _linear(x, self.lora_a, self.packed_a)
+        return out + _linear(u, self.lora_b, self.packed_b) * self.lora_scale
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None,
