@@ -26,6 +26,7 @@ class FutureStore:
         self._max_fetched = max_fetched
 
     def add(self, future: Future[Any]) -> str:
+        future = _without_interrupts(future)
         request_id = f"req-{uuid.uuid4().hex}"
         with self._lock:
             self._pending[request_id] = future
@@ -60,3 +61,31 @@ class FutureStore:
             while len(self._fetched) > self._max_fetched:
                 self._fetched.popitem(last=False)
         return future
+
+
+class ServerInterrupted(RuntimeError):
+    """The request was cut short because the server is stopping (Ctrl-C)."""
+
+
+def _without_interrupts(future: Future[Any]) -> Future[Any]:
+    """`future`, failing with `ServerInterrupted` where it fails with KeyboardInterrupt.
+
+    Ctrl-C on the server fails the engine's requests with KeyboardInterrupt (`host`); asyncio
+    treats that exception as fatal to its event loop, so it must not reach the request handlers.
+    """
+    mirror: Future[Any] = Future()
+
+    def copy(done: Future[Any]) -> None:
+        if done.cancelled():
+            mirror.cancel()
+            return
+        error = done.exception()
+        if error is None:
+            mirror.set_result(done.result())
+        elif isinstance(error, Exception):
+            mirror.set_exception(error)
+        else:
+            mirror.set_exception(ServerInterrupted("the server is stopping (Ctrl-C); this request was cut short"))
+
+    future.add_done_callback(copy)
+    return mirror

@@ -11,6 +11,7 @@ from tinker import types
 
 from recipes_lib.exceptions import RecipesError
 from recipes_lib.server import wire
+from recipes_lib.server.futures import ServerInterrupted
 
 logger = logging.getLogger(__name__)
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -64,6 +65,8 @@ def future_response(future: Future[Any]) -> Response:
     if error is not None:
         if isinstance(error, RecipesError):
             return ok({"error": f"{type(error).__name__}: {error}", "category": "user"})
+        if isinstance(error, ServerInterrupted):  # expected while stopping: no traceback in the log
+            return ok({"error": str(error), "category": "server"})
         logger.error("request failed", exc_info=error)
         return ok({"error": f"server error ({type(error).__name__}: {error})", "category": "server"})
     result = future.result()

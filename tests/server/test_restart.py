@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from recipes_lib.checkpoints import load_checkpoints
 from recipes_lib.logging import read_metrics
@@ -86,12 +87,38 @@ def test_kill_9_restart_and_resume(tmp_path: Path) -> None:
     assert load_checkpoints(log_path)[-1].name == "final"
 
 
-def test_ctrl_c_stops_the_server_without_a_traceback() -> None:
+BUSY_CLIENT = """
+import sys, tinker
+from tinker import types
+service = tinker.ServiceClient(base_url=sys.argv[1], api_key=sys.argv[2])
+trainer = service.create_lora_training_client(base_model="recipes/tiny-llama", rank=4).result()
+datum = types.Datum(model_input=types.ModelInput.from_ints(list(range(5, 400))),
+                    loss_fn_inputs={"target_tokens": list(range(6, 401)), "weights": [1.0] * 395})
+futures = [trainer.forward_backward([datum] * 8, "cross_entropy") for _ in range(30)]
+print("submitted", flush=True)
+for future in futures:
+    future.result()
+"""
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_ctrl_c_stops_the_server_without_a_traceback(busy: bool) -> None:
+    """Idle, or training with requests queued (they fail as "server is stopping"): exit 130 at once."""
     port = free_port()
-    server = _start_server(port, {**os.environ, "RECIPES_SERVER_API_KEY": API_KEY}, stderr=subprocess.PIPE)
+    env = {**os.environ, "RECIPES_SERVER_API_KEY": API_KEY, "OMP_NUM_THREADS": "1"}
+    server = _start_server(port, env, stderr=subprocess.PIPE)
+    client = None
     try:
+        if busy:
+            client = subprocess.Popen([sys.executable, "-c", BUSY_CLIENT, f"http://127.0.0.1:{port}", API_KEY],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            assert client.stdout is not None and client.stdout.readline().strip() == "submitted"
+            time.sleep(1.0)  # the server is now working through the queue
         server.send_signal(signal.SIGINT)
         _, stderr = server.communicate(timeout=60)
     finally:
         server.kill()
-    assert server.returncode == 130 and "Traceback" not in stderr.decode(), stderr.decode()
+        if client is not None:
+            client.kill()
+            client.wait()
+    assert server.returncode == 130 and "Traceback" not in stderr.decode(), stderr.decode()[-3000:]

@@ -257,6 +257,7 @@ class LocalEngine:
                 for future in [call.future] if call is not None else [g.future for g in generations]:
                     if not future.done():
                         future.set_exception(exc)
+                    if not future.cancelled() and future.exception() is exc:
                         self._cut_short += 1
                 raise
             return_freed_memory(self.precision.device)
@@ -301,6 +302,8 @@ class LocalEngine:
                 for item in items:
                     if not item.future.done():
                         item.future.set_exception(exc)
+                if _stops_serving(exc):
+                    raise
 
     def _run_scores(self, items: list[_Generation]) -> None:
         base = items[0].snapshot.base
@@ -372,6 +375,14 @@ def _resolve(future: Future[Any], fn: Callable[[], Any]) -> None:
     except BaseException as exc:  # noqa: BLE001 - the caller of .result() receives it
         logger.debug("local engine request failed", exc_info=True)
         future.set_exception(exc)
+        if _stops_serving(exc):
+            raise
+
+
+def _stops_serving(exc: BaseException) -> bool:
+    """Ctrl-C on the main thread, which serves the engine under `host.run_hosted`: it stops serving
+    too (the host passes it on); elsewhere a request's exception is only its caller's."""
+    return isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread()
 
 
 def available_memory_bytes(device: torch.device) -> int | None:

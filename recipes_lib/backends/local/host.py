@@ -12,16 +12,16 @@ thread launches its kernels; the engine runs there the same way.
 
 So `run_hosted(fn)` (every recipe's entry point and `python -m recipes_lib.server` go through it)
 runs `fn` on a second thread with one torch thread, and the first local engine that thread creates
-is served here, on the main thread, with the cores torch would otherwise use. Heavy torch work belongs in the engine; the
-recipe's own torch work (an environment's, a loss's bookkeeping) runs single-threaded. Engines
-created elsewhere (a library user's own script, a `ThreadedServer` in a notebook) keep their own
-worker thread.
+is served here, on the main thread, with the cores torch would otherwise use. Heavy torch work
+belongs in the engine; the recipe's own torch work (an environment's, a loss's bookkeeping) runs
+single-threaded. Engines created elsewhere (a library user's own script, a `ThreadedServer` in a
+notebook) keep their own worker thread.
 
-Ctrl-C reaches the main thread: the requests the recipe waits on, and any it sends from then on,
-fail with KeyboardInterrupt, and it is passed on to the recipe's thread as a KeyboardInterrupt at
-its next bytecode, as it would reach a single-threaded program; so the recipe unwinds (and writes
-what it writes when interrupted) before the process exits. After the recipe is gone the engine
-serves again, on a worker thread.
+Ctrl-C reaches the main thread. The requests the recipe waits on, and any it sends from then on,
+fail with KeyboardInterrupt; if it was waiting on none, KeyboardInterrupt is raised in its thread
+at its next bytecode, as it would reach a single-threaded program (a recipe that can stop itself,
+the server, registers `on_interrupt` instead). So the recipe unwinds, and writes what it writes
+when interrupted, before the process exits; after it, the engine serves again on a worker thread.
 """
 
 import ctypes
@@ -138,18 +138,20 @@ def _serve(hosting: _Hosting) -> None:
 
 
 def _pass_on_interrupt(hosting: _Hosting) -> None:
-    """Fail the requests the recipe waits on or sends; if there were none, interrupt its thread.
+    """Fail the requests the recipe waits on or sends; then stop it, or interrupt its thread.
 
-    The recipe sees one KeyboardInterrupt: from the request it waits on when the engine was
-    running one for it, otherwise raised in its thread (it is doing its own work: an environment
-    step, a sleep, a request to the hosted API). The order matters: an exception raised in another
-    thread can land between a lock's acquire and the `try` that releases it, so after raising it
-    this thread touches no lock that thread may hold (it only joins it).
+    A recipe that registered `on_interrupt` is asked to stop. Otherwise it sees one
+    KeyboardInterrupt: from the request it waits on when the engine was running one for it, else
+    raised in its thread (it is doing its own work: an environment step, a sleep, a request to the
+    hosted API). The order matters: an exception raised in another thread can land between a
+    lock's acquire and the `try` that releases it, so after raising it this thread touches no lock
+    that thread may hold (it only joins it).
     """
-    if hosting.engine is not None and hosting.engine.interrupt() > 0:
-        return
-    if hosting.on_interrupt is not None:
+    failed = hosting.engine.interrupt() if hosting.engine is not None else 0
+    if hosting.on_interrupt is not None:  # the recipe stops itself (the server, busy or idle)
         hosting.on_interrupt()
+        return
+    if failed > 0:
         return
     if hosting.client is not None and hosting.client.ident is not None and hosting.client.is_alive():
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(hosting.client.ident),
