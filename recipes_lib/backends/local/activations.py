@@ -72,21 +72,16 @@ def _unpack(packed: Any) -> torch.Tensor:
     return packed.remake(packed.source) if isinstance(packed, _Again) else packed
 
 
-def _recording(x: torch.Tensor) -> bool:
-    return torch.is_grad_enabled() and x.requires_grad
-
-
-def _to_float(x: torch.Tensor) -> torch.Tensor:
+def as_float(x: torch.Tensor) -> torch.Tensor:
+    """`x.float()`, as a `remake` for the fp32 copy of a bf16 tensor."""
     return x.float()
 
 
+# Without gradients nothing is saved, so `made_again` costs only entering its context there.
 def _rms_norm_forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
     """The Llama family's RMSNorm (normalised in fp32, scaled in the input's dtype), op for op."""
     x32 = hidden_states.float()
-    if _recording(hidden_states) and x32 is not hidden_states:
-        with made_again([(x32, hidden_states, _to_float)]):
-            normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-    else:
+    with made_again([(x32, hidden_states, as_float)]):
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
     return self.weight * normed.to(hidden_states.dtype)
 
@@ -96,10 +91,7 @@ def _swiglu_mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
     gate = self.gate_proj(x)
     up = self.up_proj(x)
     activated = F.silu(gate)
-    if _recording(activated):
-        with made_again([(activated, gate, F.silu)]):
-            product = activated * up
-    else:
+    with made_again([(activated, gate, F.silu)]):
         product = activated * up
     return self.down_proj(product)
 

@@ -16,7 +16,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from recipes_lib.backends.local.activations import made_again
+from recipes_lib.backends.local.activations import as_float, made_again
 
 FP32_SDPA = "recipes_fp32_sdpa"
 
@@ -34,14 +34,10 @@ def _fp32_sdpa(
         attention_mask = attention_mask.float()
     query32, key32, value32 = query.float(), key.float(), value.float()
     # The backward pass gets the fp32 q, k and v by casting the bf16 ones again (`activations`).
-    upcast = [(query32, query, _to_float), (key32, key, _to_float), (value32, value, _to_float)]
+    upcast = [(query32, query, as_float), (key32, key, as_float), (value32, value, as_float)]
     with torch.autocast(device_type=query.device.type, enabled=False), made_again(upcast):
         out, weights = sdpa_attention_forward(module, query32, key32, value32, attention_mask, **kwargs)
     return out.to(dtype), weights
-
-
-def _to_float(x: torch.Tensor) -> torch.Tensor:
-    return x.float()
 
 
 AttentionInterface.register(FP32_SDPA, _fp32_sdpa)
