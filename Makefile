@@ -50,7 +50,7 @@ reproduce: setup
 	PYTHON=$(BIN)/python scripts/reproduce.sh
 
 # Every package of the project (tests/test_layering.py lists the same ones in LAYERS).
-TYPED := recipes_lib renderers eval supervised rl preference distillation recipes examples
+TYPED := recipes_lib renderers eval supervised rl preference distillation recipes examples scripts
 
 typecheck: setup
 	$(BIN)/python -m mypy $(TYPED)

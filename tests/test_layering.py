@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("supervised", "rl"),  # training pipelines
     ("preference", "distillation"),  # pipelines built on the ones below (SFT data, RL loop)
     ("recipes",),  # runnable recipes
-    ("examples",),  # user-facing examples (scripts, not a package)
+    ("examples", "scripts"),  # user-facing examples, and the measurement scripts the README quotes (not packages)
 ]
 LAYER_OF = {package: index for index, layer in enumerate(LAYERS) for package in layer}
 

@@ -56,18 +56,22 @@ def test_sampler_and_trainer_share_one_copy_of_the_base_weights(name: str, preci
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
-def test_training_releases_the_packed_copy_and_sampling_rebuilds_it(precision: PrecisionName) -> None:
+def test_training_releases_the_sampling_copies_and_sampling_rebuilds_them(precision: PrecisionName) -> None:
     service = ServiceClient(precision=precision, device="cpu")
     trainer = service.create_lora_training_client("recipes/tiny-llama", rank=4, seed=1)
+    train_on_tokens(trainer, list(range(300, 340)), steps=1, learning_rate=1e-2)  # B != 0: a real delta
     sampler = trainer.save_weights_and_get_sampling_client()
     prompt = types.ModelInput.from_ints([5, 17, 300, 41])
     params = types.SamplingParams(max_tokens=6, seed=0)
     first = sampler.sample(prompt, 1, params).result().sequences[0]
     train_on_tokens(trainer, list(range(300, 340)), steps=1, learning_rate=1e-2)
-    decoder = trainer._base.sampler.decoder  # noqa: SLF001
+    loaded = trainer._base.sampler  # noqa: SLF001
+    decoder = loaded.decoder
     assert decoder is not None
-    assert all(f.packed is None for layer in decoder.layers for f in layer.fused())
-    again = sampler.sample(prompt, 1, params).result().sequences[0]  # the old snapshot, re-packed
+    # Neither the packed weights nor the snapshot's LoRA copies (nor the snapshot) outlive sampling.
+    assert all(f.packed is None and f.lora_a is None for layer in decoder.layers for f in layer.fused())
+    assert loaded.loaded_key is None and not loaded._hooks  # noqa: SLF001
+    again = sampler.sample(prompt, 1, params).result().sequences[0]  # the old snapshot, loaded again
     assert again.tokens == first.tokens
     np.testing.assert_allclose(again.logprobs, first.logprobs, atol=1e-6)
 

@@ -33,7 +33,7 @@ from recipes_lib.backends.local.attention import use_fp32_attention
 from recipes_lib.backends.local.decoder import share_fused_storage
 from recipes_lib.backends.local.futures import LocalFuture
 from recipes_lib.backends.local.logits import check_output_head
-from recipes_lib.backends.local.memory import return_freed_memory
+from recipes_lib.backends.local.memory import bound_kernel_caches, return_freed_memory
 from recipes_lib.backends.local.models import load_base_model, own_weights, weights_label
 from recipes_lib.backends.local.precision import DeviceName, Precision, PrecisionName, resolve_precision
 from recipes_lib.backends.local.sampler import SampleJob, SamplerModel, generate, score
@@ -116,6 +116,7 @@ class LocalEngine:
     """Loads base models and runs all requests of this process on one worker thread."""
 
     def __init__(self, precision: Precision):
+        bound_kernel_caches()  # before the first model runs: the caches read their bound once
         self.precision = precision
         self._bases: dict[str, BaseEntry] = {}
         self._load_lock = threading.Lock()
