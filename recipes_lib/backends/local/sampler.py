@@ -93,7 +93,7 @@ class SamplerModel:
         packed copy of the weights, as large as the base model, and the loaded snapshot's LoRA
         copies (with the snapshot they keep alive: ~80 MB for SmolLM2 at rank 32). The next
         snapshot would replace both anyway; in bf16 re-packing the base weights costs about one
-        decode step and loading a LoRA a few milliseconds, against ~10 s of an RL iteration."""
+        decode step and loading a LoRA ~55 ms (SmolLM2, rank 32), against ~10 s of an RL iteration."""
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
