@@ -77,8 +77,7 @@ class SamplerModel:
             return
         unknown = set(deltas) - set(self._linears)
         assert not unknown, f"snapshot adapts modules this model lacks: {sorted(unknown)[:3]}"
-        for handle in self._hooks:
-            handle.remove()
+        self._unload_lora()  # the old copies go before the new ones are made
         device, dtype = self.precision.device, self.precision.sampler_dtype
         self._hooks = [
             self._linears[path].register_forward_hook(_LoraDelta(a.to(device, dtype), b.to(device, dtype), scale))
@@ -94,12 +93,16 @@ class SamplerModel:
         copies (with the snapshot they keep alive: ~80 MB for SmolLM2 at rank 32). The next
         snapshot would replace both anyway; in bf16 re-packing the base weights costs about one
         decode step and loading a LoRA ~55 ms (SmolLM2, rank 32), against ~10 s of an RL iteration."""
+        self._unload_lora()
+        if self.decoder is not None:
+            self.decoder.release()
+
+    def _unload_lora(self) -> None:
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
         if self.decoder is not None:
             self.decoder.set_lora({})
-            self.decoder.release()
         self.loaded_key = None
 
 
