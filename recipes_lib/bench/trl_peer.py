@@ -11,8 +11,10 @@ trainer's set-up nor the first step of a fresh optimizer is counted.
 `trl` is optional (the `[bench]` extra) and imported only here, inside the functions.
 """
 
+import shutil
 import tempfile
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -82,8 +84,9 @@ def trl_step(model_name: str, batch: TokenBatch, setting: TrlSetting) -> Callabl
     if setting.bf16_weights:
         model.to(torch.bfloat16)
     timer = StepTimer()
+    output_dir = tempfile.mkdtemp(prefix="bench-trl-")  # TRL requires one; nothing is saved there
     args = SFTConfig(
-        output_dir=tempfile.mkdtemp(prefix="bench-trl-"), max_steps=2, per_device_train_batch_size=len(batch.tokens_S),
+        output_dir=output_dir, max_steps=2, per_device_train_batch_size=len(batch.tokens_S),
         learning_rate=1e-5, lr_scheduler_type="constant", bf16=True, use_cpu=True, save_strategy="no",
         report_to="none", logging_strategy="no", disable_tqdm=True, seed=0, max_length=None,
         padding_free=setting.padding_free, activation_checkpointing=setting.activation_checkpointing)
@@ -98,4 +101,5 @@ def trl_step(model_name: str, batch: TokenBatch, setting: TrlSetting) -> Callabl
         trainer.train()
         return timer.seconds[-1]
 
+    weakref.finalize(step, shutil.rmtree, output_dir, ignore_errors=True)  # also at exit
     return step

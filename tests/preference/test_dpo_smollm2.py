@@ -16,11 +16,12 @@ pytestmark = [
 
 
 def test_four_dpo_steps_raise_held_out_accuracy_and_margin(tmp_path: Path) -> None:
-    comparisons = ArithmeticComparisonBuilder(num_train=32, num_test=16, max_operand=50)
+    comparisons = ArithmeticComparisonBuilder(num_train=16, num_test=16, max_operand=50)
     main(Config(log_path=str(tmp_path), model_name=SMOLLM2_NAME, learning_rate=3e-4, eval_every=4, save_every=0,
-                dataset_builder=DPODatasetBuilder(comparison_builder=comparisons, batch_size=8, max_length=128),
+                dataset_builder=DPODatasetBuilder(comparison_builder=comparisons, batch_size=4, max_length=128),
                 behavior_if_log_dir_exists="raise"))
     rows = read_metrics(tmp_path)
     first, last = rows[0], rows[-1]
     assert first["test/margin"] == pytest.approx(0.0, abs=0.02)  # policy = reference at the start
-    assert last["test/margin"] > 0.2 and last["test/accuracy"] >= 0.75  # dpo_basic: 0.97 after 8 steps
+    # measured 0.24 and 0.875 (4 pairs a step; 8 a step: 0.33 and 0.875); dpo_basic: 0.97 after 8 steps
+    assert last["test/margin"] > 0.15 and last["test/accuracy"] >= 0.75
