@@ -7,7 +7,9 @@ and bf16 autocast:
   and a prompt-masked variant where 1 token in 4 carries loss), and its share of the matmul peak
   (model FLOPs from the config: 4 N per trained token, N = matmul weights incl. unembedding);
 - sampling tokens/s for 8 distinct prompts x 64 new tokens, 1 prompt with `num_samples=8`, and the
-  8 prompts from a rank-32 LoRA snapshot, against the weight-streaming bound (bandwidth measured);
+  8 prompts from a rank-32 LoRA snapshot, against the weight-streaming bound (bandwidth measured),
+  and the ceiling the machine's small-batch matmuls set below it: a decode step of 8 rows timed as
+  nothing but its matmuls (the engine's own packed projections and head);
 - the RL-shaped batch: 8 number-words prompts x 4 samples, up to 32 new tokens, stopping at
   end-of-turn, from a fresh LoRA snapshot every iteration (the snapshot switch timed with it);
 - peers in the same run: a plain peft training loop, HF `generate`, CTranslate2 (int8, and the

@@ -1,4 +1,5 @@
-"""What this machine can do at best, measured in the run: matmul peak, memory bandwidth; and the timers.
+"""What this machine can do at best, measured in the run: matmul peak, memory bandwidth, a decode step's
+matmuls alone; and the timers.
 
 The timers take medians after one warm-up; `alternating_seconds` runs several steps in turn, round
 after round, so that every step sees the same machine (this 2-core VM is shared and noisy).
@@ -7,8 +8,12 @@ after round, so that every step sees the same machine (this 2-core VM is shared 
 import statistics
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
+
+from recipes_lib.backends.local.decoder import FusedDecoder, supports
+from recipes_lib.backends.local.models import load_base_model
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
@@ -77,3 +82,26 @@ def model_flops_per_token(model: torch.nn.Module) -> float:
 def weight_bytes(model: torch.nn.Module, dtype: torch.dtype) -> int:
     """Bytes one decode step streams: every parameter once, at `dtype`."""
     return sum(p.numel() for p in model.parameters()) * torch.empty((), dtype=dtype).element_size()
+
+
+def decode_matmuls_tok_s(model_name: str, dtype: torch.dtype, repeats: int = 5, rows: int = 8,
+                         steps: int = 10) -> float | None:
+    """Tokens/s of decoding `rows` sequences if a decode step were nothing but its matmuls: the
+    engine's fused step (`FusedDecoder.matmuls_alone`) on the base model in `dtype`, weights packed as
+    it packs them; None where the fused step does not support the model.
+
+    The weight-streaming bound assumes a step costs only reading the weights once; at a few rows a
+    CPU's matmuls are compute-bound well below it, and this figure says how far: no sampler built on
+    these matmuls decodes faster.
+    """
+    model: Any = load_base_model(model_name)
+    model.to(dtype)  # as the engine stores a frozen base
+    if not supports(model):
+        return None
+    matmuls = FusedDecoder(model).matmuls_alone(rows)
+
+    def run() -> None:
+        for _ in range(steps):
+            matmuls()
+
+    return rows * steps / median_seconds(run, repeats)

@@ -74,6 +74,10 @@ def derive(groups: list[GroupResult]) -> dict[str, dict[str, Any]]:
         for key in ("sample_8_prompts_tok_s", "sample_lora_tok_s"):  # 8 rows, as the bound assumes
             if key in row:
                 out[key.replace("_tok_s", "_frac_of_bound")] = row[key] / bound
+        matmuls = machine.get(f"decode_matmuls_tok_s_{precision}")  # the base model's; a LoRA adds products
+        if matmuls is not None:
+            out |= {"decode_matmuls_tok_s": matmuls, "decode_matmuls_frac_of_bound": matmuls / bound}
+            out["sample_8_prompts_frac_of_matmuls"] = _ratio(row.get("sample_8_prompts_tok_s"), matmuls)
         out["train_vs_peft_loop"] = _ratio(row.get("train_tok_s"), row.get("peer_train_tok_s"))
         out["sample_vs_hf_generate"] = _ratio(row.get("sample_8_prompts_tok_s"), row.get("peer_sample_tok_s"))
         out |= _ct2_comparison(row, precision, machine["bandwidth_gb_s"], params, bound)
@@ -159,6 +163,11 @@ def _engine_lines(row: dict[str, float], out: dict[str, Any]) -> list[str]:
         lines += _line(label, row.get(f"{key}_tok_s"),
                        extra=f" = {out[f'{key}_frac_of_bound']:.0%} of weight-streaming bound{bound}"
                        if f"{key}_frac_of_bound" in out else "")
+    if "decode_matmuls_tok_s" in out:
+        reached = out.get("sample_8_prompts_frac_of_matmuls")
+        lines += _line("ceiling: a decode step's matmuls alone, 8 rows", out["decode_matmuls_tok_s"],
+                       extra=f" = {out['decode_matmuls_frac_of_bound']:.0%} of weight-streaming bound"
+                       + ("" if reached is None else f"; sampling 8 prompts reaches {reached:.0%} of it"))
     lines += _line("sample 1 prompt x 8 samples x 64 tokens", row.get("sample_1_prompt_x8_tok_s"))
     if "rl_batch_tok_s" in row:
         lines += _line("RL batch 8x4, <=32 tokens, fresh snapshot each", row["rl_batch_tok_s"],

@@ -123,6 +123,33 @@ def test_weights_written_through_the_model_reach_the_fused_step() -> None:
     torch.testing.assert_close(logits, _reference_logits(model, [PROMPTS[0] + [42]]), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("with_lora", [False, True])
+def test_matmuls_alone_are_the_matmuls_of_a_step(with_lora: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's decode ceiling times the same matmuls (weights, packed copies, row counts) as a step."""
+    model = load_base_model("recipes/tiny-llama").eval()
+    fused = FusedDecoder(model)
+    if with_lora:
+        fused.set_lora(_random_deltas(model, rank=4, seed=0))
+    calls: list[tuple[int, int | None, tuple[int, ...]]] = []
+    original = decoder_module._linear
+
+    def recorded(x, weight, packed, bias=None):  # type: ignore[no-untyped-def]
+        calls.append((id(weight), None if packed is None else id(packed), tuple(x.shape)))
+        return original(x, weight, packed, bias)
+
+    monkeypatch.setattr(decoder_module, "_linear", recorded)
+    tokens, mask, positions = pad_left_tokens([list(p) for p in PROMPTS])
+    with torch.inference_mode():
+        out = model.get_decoder()(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True)
+        fused.start(out.cache, torch.arange(len(PROMPTS)), mask, new_tokens=1)
+        fused.step(torch.tensor([42] * len(PROMPTS)), torch.tensor([len(p) for p in PROMPTS]))
+    in_step, calls[:] = list(calls), []
+    fused.matmuls_alone(rows=len(PROMPTS))()
+    base = 4 * len(fused.layers) + 1  # qkv, o, gate_up, down per layer; the head
+    assert len(in_step) > base if with_lora else len(in_step) == base  # the LoRA's products, where loaded
+    assert calls == in_step
+
+
 def test_unsupported_architectures_fall_back_to_the_model_forward() -> None:
     config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1, mlp_bias=True)

@@ -15,7 +15,8 @@ from recipes_lib.bench.report import (
 )
 
 MACHINE = GroupResult("machine", {"threads": 2.0, "peak_gflop_s_float32": 200.0, "peak_gflop_s_bfloat16": 400.0,
-                                  "bandwidth_gb_s": 10.0, "mflop_per_token": 400.0, "params": 1e8}, peak_rss_mb=300.0)
+                                  "bandwidth_gb_s": 10.0, "mflop_per_token": 400.0, "params": 1e8,
+                                  "decode_matmuls_tok_s_bfloat16": 300.0}, peak_rss_mb=300.0)
 
 
 def groups() -> list[GroupResult]:
@@ -49,6 +50,8 @@ def test_derived_ratios() -> None:
     assert out["decode_bound_tok_s"] == pytest.approx(400.0)
     assert out["sample_8_prompts_frac_of_bound"] == pytest.approx(0.5)
     assert out["sample_lora_frac_of_bound"] == pytest.approx(0.25)
+    assert out["decode_matmuls_frac_of_bound"] == pytest.approx(0.75)  # 300 of 400 tok/s
+    assert out["sample_8_prompts_frac_of_matmuls"] == pytest.approx(2 / 3)  # 200 of 300
     assert "rl_batch_frac_of_bound" not in out  # 32 rows that stop early: the 8-row bound does not apply
     assert out["train_vs_peft_loop"] == pytest.approx(2.0)
     assert out["sample_vs_hf_generate"] == pytest.approx(1.25)
@@ -80,6 +83,7 @@ def test_table_names_the_best_setting_the_ratios_and_the_memory() -> None:
     assert "ours / best TRL (bf16_padding_free): 2.00x" in table
     assert "TRL bf16 base weights, padding-free" in table
     assert "= 50% of peak" in table and "= 50% of weight-streaming bound" in table
+    assert "= 75% of weight-streaming bound; sampling 8 prompts reaches 67% of it" in table
     assert "-> ours 2.00x" in table  # the peft loop
     assert ("peer: CTranslate2 int8, 8 prompts x 64" in table and "= 50% of its weight-streaming bound (800)" in table
             and "-> ours 0.50x" in table)

@@ -34,6 +34,7 @@ def test_worker_writes_the_group_with_its_peak_rss(tmp_path: Path) -> None:
     result = GroupResult(**json.loads(out.read_text()))
     assert result.name == "machine" and result.peak_rss_mb is not None and result.peak_rss_mb > 0
     assert result.figures["params"] > 0 and result.figures["mflop_per_token"] > 0
+    assert result.figures["decode_matmuls_tok_s_float32"] > 0 and result.figures["decode_matmuls_tok_s_bfloat16"] > 0
 
 
 def test_main_prints_the_table_and_writes_every_figure(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,

@@ -25,6 +25,7 @@ the same processing as the model's own forward (`logits.logit_processing`; none 
 families today, but a config that asks for soft-capping or a scale gets it here too).
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -299,6 +300,31 @@ class FusedDecoder:
     def _all_fused(self) -> list[_Fused]:
         return [f for layer in self.layers for f in layer.fused()] + [self.head]
 
+    def _pack_if_stale(self, device: torch.device) -> None:
+        if self._stale:
+            for fused in self._all_fused():
+                fused.pack()
+            return_freed_memory(device)  # the packing's temporaries
+            self._stale = False
+
+    def matmuls_alone(self, rows: int) -> Callable[[], None]:
+        """A call that runs only the matmuls of one `step` over `rows` rows: every layer's fused
+        projections (with the loaded LoRA's products) and the head, on fixed random inputs, with the
+        weights packed as `step` packs them. What a step would cost if it were nothing but its
+        matmuls: a ceiling for decode speed on this machine (the bench reports it)."""
+        fused = self._all_fused()
+        self._pack_if_stale(self.head.weight.device)
+        generator = torch.Generator().manual_seed(0)
+        inputs = [torch.randn(rows, f.weight.shape[1], generator=generator).to(f.weight.device, f.weight.dtype)
+                  for f in fused]
+
+        def run() -> None:
+            with torch.no_grad():
+                for projection, x in zip(fused, inputs, strict=True):
+                    projection(x)
+
+        return run
+
     def start(self, prefill_cache: Any, rows: torch.Tensor, mask_R_W: torch.Tensor, new_tokens: int) -> None:
         """Copy a prefill cache (one entry per prompt) into a cache with room for more tokens per row.
 
@@ -349,11 +375,7 @@ class FusedDecoder:
         x = self.embed(tokens_R)
         cos, sin = self.rotary(x, positions_R[:, None])  # [R, 1, head_dim]
         cos, sin = cos[:, None], sin[:, None]  # [R, 1, 1, head_dim], broadcast over heads
-        if self._stale:
-            for fused in self._all_fused():
-                fused.pack()
-            return_freed_memory(x.device)  # the packing's temporaries
-            self._stale = False
+        self._pack_if_stale(x.device)
         bias = torch.zeros(self.mask.shape, device=x.device).masked_fill_(~self.mask, float("-inf"))[:, None, None]
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
         groups = self.heads // self.kv_heads
