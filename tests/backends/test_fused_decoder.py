@@ -184,13 +184,14 @@ def test_sampling_with_and_without_the_fused_step_agree(service_client, tiny_tok
 
 
 @pytest.mark.parametrize("name", ["recipes/tiny-llama", "recipes/tiny-qwen3"])
-def test_bf16_sampled_logprobs_equal_scores_with_a_trained_adapter(name: str) -> None:
+@pytest.mark.parametrize("rank", [8, 32])  # adapter scale 32 / rank: 4, and 1 (the fused step skips its multiply)
+def test_bf16_sampled_logprobs_equal_scores_with_a_trained_adapter(name: str, rank: int) -> None:
     """In bf16 the delta stays beside the weights; the fused step must round it as scoring does."""
     from recipes_lib.backends.local.clients import ServiceClient
     from recipes_lib.tokenizers import get_tokenizer
 
     tokenizer = get_tokenizer(name)
-    trainer = ServiceClient(precision="bfloat16", device="cpu").create_lora_training_client(name, rank=8, seed=0)
+    trainer = ServiceClient(precision="bfloat16", device="cpu").create_lora_training_client(name, rank=rank, seed=0)
     tokens = tokenizer.encode("one two three four five six seven eight nine ten")
     datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
                         loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)})
