@@ -19,6 +19,9 @@ def test_gguf_converts_once_then_reloads_in_under_two_seconds(tmp_path, monkeypa
     monkeypatch.setenv("RECIPES_HOME", str(tmp_path))  # an empty cache: forces the conversion
     monkeypatch.setattr(models, "original_weights_reachable", lambda name: False)  # the GGUF path, even online
     converted = load_base_model(SMOLLM2_NAME)
+    import gguf
+
+    assert not hasattr(gguf.get_tensor_name_map, "cache_info")  # the conversion's memoised name maps are undone
     folder = tmp_path / "models" / "HuggingFaceTB--SmolLM2-135M-Instruct--dequantised-from-Q4_1-gguf"
     assert (folder / "model.safetensors").exists()
     assert sum(p.numel() for p in converted.parameters()) == 134_515_008

@@ -13,10 +13,13 @@ Sources, in order:
 3. any other name: a local folder or a Hugging Face id through `from_pretrained`.
 """
 
+import contextlib
+import functools
 import logging
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -162,8 +165,9 @@ def _build_tiny(name: str) -> PreTrainedModel:
 def _convert_gguf(name: str, cached: Path) -> PreTrainedModel:
     """De-quantise the GGUF once and cache it as safetensors (the GGUF-loaded model refuses to save)."""
     gguf = require_smollm2_gguf()
-    logger.warning("Converting %s from %s (once, ~15 s); cached at %s", name, gguf, cached)
-    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    logger.warning("Converting %s from %s (once, ~10 s); cached at %s", name, gguf, cached)
+    with _gguf_name_maps_built_once():
+        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     config = loaded.config.to_dict()
     config.pop("quantization_config", None)
     plain = type(loaded)(type(loaded.config).from_dict(config))
@@ -176,6 +180,24 @@ def _convert_gguf(name: str, cached: Path) -> PreTrainedModel:
     else:
         tmp.rename(cached)
     return plain
+
+
+@contextlib.contextmanager
+def _gguf_name_maps_built_once() -> Iterator[None]:
+    """Build each of `gguf`'s tensor-name maps once while transformers converts a GGUF.
+
+    transformers builds the map anew for every module it visits (~400 in SmolLM2, ~14 ms each
+    here: about a third of the conversion), though it depends only on the architecture and the
+    layer count, and is only read.
+    """
+    import gguf
+
+    original = gguf.get_tensor_name_map
+    gguf.get_tensor_name_map = functools.cache(original)
+    try:
+        yield
+    finally:
+        gguf.get_tensor_name_map = original
 
 
 def _from_pretrained(name: str) -> PreTrainedModel:
