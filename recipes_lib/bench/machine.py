@@ -91,8 +91,8 @@ def decode_matmuls_tok_s(model_name: str, dtype: torch.dtype, repeats: int = 5, 
     it packs them; None where the fused step does not support the model.
 
     The weight-streaming bound assumes a step costs only reading the weights once; at a few rows a
-    CPU's matmuls are compute-bound well below it, and this figure says how far: no sampler built on
-    these matmuls decodes faster.
+    CPU's matmuls (compute and per-call cost) can take much longer than that, and this figure says
+    how much: no sampler built on these matmuls decodes faster.
     """
     model: Any = load_base_model(model_name)
     model.to(dtype)  # as the engine stores a frozen base
