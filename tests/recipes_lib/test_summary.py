@@ -3,13 +3,14 @@
 import io
 import json
 import logging
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rich.console import Console
 
-from recipes_lib import plot
+from recipes_lib import plot, summary
 from recipes_lib.summary import RunReport, metric_changes, next_commands, render, summarize
 
 ROWS: list[dict[str, Any]] = [
@@ -80,22 +81,38 @@ def test_paths_with_spaces_are_quoted_and_no_checkpoint_means_no_chat(tmp_path: 
     assert next_commands(summary) == [f"python -m recipes_lib.plot log_paths='{folder}'"]
 
 
-def test_report_draws_at_each_evaluation_and_at_the_end(tmp_path: Path) -> None:
+def test_report_draws_at_evaluations_while_drawing_stays_a_small_share_and_at_the_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a fake clock where each drawing takes 0.5 s, an evaluation redraws once 0.5 / DRAW_SHARE = 10 s
+    have passed since the last drawing; the end draws whatever was logged since."""
+    clock = [0.0]
+    monkeypatch.setattr(summary, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    draw = summary.write_plot
+
+    def slow_draw(log_path: Path | str) -> list[str] | None:
+        clock[0] += 0.5
+        return draw(log_path)
+
+    monkeypatch.setattr(summary, "write_plot", slow_draw)
+    assert summary.DRAW_SHARE == 0.05
     folder = _run_folder(tmp_path / "run", rows=[])
     png = folder / "metrics.png"
     buffer = io.StringIO()
-    report = RunReport(folder, total_steps=4, console=Console(file=buffer, width=80))
-    rows = [*ROWS[:3], {"step": 3, "train_mean_nll": 0.5, "learning_rate": 1e-4, "num_tokens": 100}]
+    report = RunReport(folder, total_steps=5, console=Console(file=buffer, width=80))
+    rows = [*ROWS, {"step": 4, "train_mean_nll": 0.5, "learning_rate": 1e-4, "num_tokens": 100}]
+    # steps 0, 2 and 3 are evaluations: 0 draws; 2 comes 0 s after a 0.5 s drawing; 3 comes 10 s after it
+    drawn = {0: True, 1: False, 2: False, 3: True, 4: False}
     written = ""
     for row in rows:
+        clock[0] += 10.0 if row["step"] == 3 else 0.0
         png.unlink(missing_ok=True)
         written += json.dumps(row) + "\n"
         (folder / "metrics.jsonl").write_text(written)  # what JsonlLogger does before the report sees the row
         report.log_metrics({k: v for k, v in row.items() if k != "step"}, int(row["step"]))
-        assert png.exists() == ("time/eval" in row)  # redrawn at evaluations only
+        assert png.exists() == drawn[int(row["step"])], row["step"]
     report.close()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # and at the end, holding the last step
-    assert report.summary is not None and report.summary.steps == 4 and report.summary.tokens == 400
+    assert report.summary is not None and report.summary.steps == 5 and report.summary.tokens == 500
     assert buffer.getvalue() == render(report.summary) + "\n"
     assert f"curves            {png} (loss (NLL per token), held-out exact match, learning rate)" in buffer.getvalue()
 
