@@ -13,14 +13,22 @@ torch's own kernel-cache bounds (see `recipes_lib/backends/local/memory.py`).
 
 import ctypes
 import resource
-import sys
 import time
 
+import chz
 import torch
 from tinker import types
 
 from recipes_lib.backends import make_service_client
+from recipes_lib.cli import config_from_argv
 from recipes_lib.paths import SMOLLM2_NAME
+
+
+@chz.chz
+class Config:
+    steps: int = 25
+    # Also sample from a fresh snapshot every this many steps (0: never).
+    sample_every: int = 0
 
 
 def _resident_mb() -> float:
@@ -40,27 +48,22 @@ def _batch(generator: torch.Generator) -> list[types.Datum]:
     return data
 
 
-def main(argv: list[str]) -> None:
-    settings = {"steps": 25, "sample_every": 0}
-    for arg in argv:
-        key, _, value = arg.partition("=")
-        if key not in settings or not value.isdigit():
-            sys.exit(f"unknown or malformed argument {arg!r}: expected steps=N or sample_every=N")
-        settings[key] = int(value)
+def main(config: Config) -> None:
     trim = ctypes.CDLL("libc.so.6").malloc_trim
     generator = torch.Generator().manual_seed(0)
     trainer = make_service_client().create_lora_training_client(base_model=SMOLLM2_NAME, rank=32)
     print("step  resident_MB  peak_MB  seconds")
-    for step in range(settings["steps"]):
+    for step in range(config.steps):
         start = time.perf_counter()
         trainer.forward_backward(_batch(generator), "cross_entropy").result()
         trainer.optim_step(types.AdamParams(learning_rate=1e-4)).result()
-        if settings["sample_every"] and step % settings["sample_every"] == 0:
+        if config.sample_every and step % config.sample_every == 0:
             sampler = trainer.save_weights_and_get_sampling_client(name=f"step{step}")
             prompts = [torch.randint(0, 49000, (20 + i % 16,), generator=generator).tolist() for i in range(48)]
             params = types.SamplingParams(max_tokens=24, temperature=1.0)
             futures = [sampler.sample(types.ModelInput.from_ints(p), 1, params) for p in prompts]
-            [future.result() for future in futures]
+            for future in futures:
+                future.result()
         seconds = time.perf_counter() - start
         trim(0)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -68,4 +71,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(config_from_argv(chz.Blueprint(Config)))

@@ -28,15 +28,18 @@ def test_absent_trl_skips_the_rows_and_says_how_to_install(monkeypatch: pytest.M
 def test_present_trl_runs_a_step_on_a_tiny_model(tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("trl")
     assert trl_peer.trl_missing() is None
-    folders = lambda: set(Path(tempfile.gettempdir()).glob("bench-trl-*"))  # noqa: E731
-    before = folders()
+    before = _trl_folders()
     batch = number_words_batch(tiny_tokenizer, bench_numbers(2))
     step = trl_peer.trl_step("recipes/tiny-llama", batch, trl_peer.TRL_SETTINGS["bf16_padding_free"])
-    assert len(folders() - before) == 1  # TRL's output folder
+    assert len(_trl_folders() - before) == 1  # TRL's output folder
     assert step() > 0.0
     del step
     gc.collect()
-    assert folders() == before  # removed with the step, not left in the temp folder
+    assert _trl_folders() == before  # removed with the step, not left in the temp folder
+
+
+def _trl_folders() -> set[Path]:
+    return set(Path(tempfile.gettempdir()).glob("bench-trl-*"))
 
 
 def test_comparison_without_trl_figures_has_no_best() -> None:
