@@ -155,7 +155,7 @@ def _head_forward_backward(lm_head: OutputHead, rows_N_D: torch.Tensor, targets_
     row_grads: list[torch.Tensor] = []
     for start in range(0, detached_N_D.shape[0], LOGIT_CHUNK_ROWS):
         stop = min(start + LOGIT_CHUNK_ROWS, detached_N_D.shape[0])
-        rows = detached_N_D[start:stop].detach().requires_grad_(True)
+        rows = detached_N_D[start:stop].requires_grad_(True)  # a leaf: a slice of a detached tensor
         logprobs = _chunk_logprobs(lm_head, rows, targets_N[start:stop])
         values = logprobs.detach()
         with _no_autocast(precision):  # backward passes run outside autocast (as `total.backward()` did)
@@ -219,8 +219,7 @@ def builtin_pass(
             total = torch.stack(losses).sum()
         loss_sum += float(total)
         for i, lp in zip(indices, logprobs):
-            outputs[i] = lp.detach().float().cpu()
-        del logprobs, losses, total  # before the next micro-batch's activations
+            outputs[i] = lp.cpu()  # detached fp32 already: no graph outlives its micro-batch
     return PassResult([lp for lp in outputs if lp is not None], loss_sum, {"loss:sum": loss_sum})
 
 
