@@ -1,5 +1,5 @@
 """What this machine can do at best, measured in the run: matmul peak, memory bandwidth, a decode step's
-matmuls alone; and the timers.
+matmuls alone, a training step's matmuls timed inside it; and the timers.
 
 The timers take medians after one warm-up; `alternating_seconds` runs several steps in turn, round
 after round, so that every step sees the same machine (this 2-core VM is shared and noisy).
@@ -8,9 +8,11 @@ after round, so that every step sees the same machine (this 2-core VM is shared 
 import statistics
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from recipes_lib.backends.local.decoder import FusedDecoder, supports
 from recipes_lib.backends.local.models import load_base_model
@@ -71,6 +73,55 @@ def memory_bandwidth(repeats: int = 5, quick: bool = False) -> float:
     """GB/s reading a 512 MiB tensor (a sum); 4 MiB when `quick`."""
     x = torch.ones((1 if quick else 128) * 1024 * 1024, dtype=torch.float32)
     return x.numel() * 4 / median_seconds(lambda: x.sum(), repeats) / 1e9
+
+
+MATMUL_OPS = frozenset({torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+                        torch.ops.aten.baddbmm.default})
+
+
+class MatmulTimer(TorchDispatchMode):
+    """Adds up the wall-clock seconds of every matmul (`MATMUL_OPS`) run on the thread it is entered
+    on, backward passes included (on a CPU autograd runs them on the calling thread). Attention
+    kernels and everything else run untimed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds = 0.0
+        self.calls = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func not in MATMUL_OPS:
+            return func(*args, **(kwargs or {}))
+        start = time.perf_counter()
+        out = func(*args, **(kwargs or {}))
+        self.seconds += time.perf_counter() - start
+        self.calls += 1
+        return out
+
+
+def _here(fn: Callable[[], object]) -> object:
+    return fn()
+
+
+def matmul_seconds(step: Callable[[], object], repeats: int,
+                   on_thread: Callable[[Callable[[], object]], object] = _here) -> float:
+    """Median seconds that one call of `step` spends in matmuls, over `repeats` calls after a warm-up.
+
+    `on_thread(fn)` runs `fn` on the thread that does `step`'s work (the engine's serving thread for
+    a client call); the timer is entered and left there. What a step would cost if it were nothing
+    but its matmuls, at the speed they run inside it: no step built on these matmuls is faster.
+    """
+    step()
+    seconds = []
+    for _ in range(repeats):
+        timer = MatmulTimer()
+        on_thread(timer.__enter__)
+        try:
+            step()
+        finally:
+            on_thread(partial(timer.__exit__, None, None, None))
+        seconds.append(timer.seconds)
+    return statistics.median(seconds)
 
 
 def model_flops_per_token(model: torch.nn.Module) -> float:

@@ -8,7 +8,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import chz
 import torch
@@ -27,6 +27,7 @@ from recipes_lib.tokenizers import get_tokenizer
 
 logger = logging.getLogger(__name__)
 FAILED = "failed"
+T = TypeVar("T")
 DEFAULT_TRL_SETTINGS = ("fp32_sdpa", "fp32_eager", "bf16_sdpa", "bf16_eager", "bf16_padding_free")
 
 
@@ -113,11 +114,18 @@ def _service(precision: str) -> ServiceClient:
 
 def _engine_train(config: BenchConfig, precision: str) -> dict[str, float]:
     service, all_weighted, masked = _service(precision), random_batch(), random_batch(loss_fraction=0.25)
-    seconds = machine.alternating_seconds({"all": workloads.training_step(service, config.model, all_weighted),
+    all_step = workloads.training_step(service, config.model, all_weighted)
+    seconds = machine.alternating_seconds({"all": all_step,
                                            "masked": workloads.training_step(service, config.model, masked)},
                                           config.repeats)
     return {"train_tok_s": all_weighted.predicted_tokens / seconds["all"],
-            "train_masked_tok_s": masked.predicted_tokens / seconds["masked"]}
+            "train_masked_tok_s": masked.predicted_tokens / seconds["masked"],
+            "train_matmuls_tok_s": all_weighted.predicted_tokens / _matmul_seconds(config, precision, all_step)}
+
+
+def _matmul_seconds(config: BenchConfig, precision: str, step: Callable[[], object]) -> float:
+    """Seconds of `step`'s matmuls, timed on the engine's thread (at most 3 timed calls: each is a whole step)."""
+    return machine.matmul_seconds(step, min(3, config.repeats), on_thread=_engine_thread(precision))
 
 
 def _engine_sample(config: BenchConfig, precision: str) -> dict[str, float]:
@@ -161,8 +169,8 @@ def _trl(config: BenchConfig, precision: str) -> report.GroupResult:
     missing = trl_peer.trl_missing()
     service, figures = _service(precision), dict[str, float]()
     for workload, batch in batches.items():
-        steps = {"engine": machine.wall_clock(workloads.training_step(service, config.model, batch,
-                                                                      train_unembed=False))}
+        engine_step = workloads.training_step(service, config.model, batch, train_unembed=False)
+        steps = {"engine": machine.wall_clock(engine_step)}
         if missing is None:  # each TRL step on the engine's thread, so both use the same thread and cores
             steps |= {f"trl/{workload}/{name}": _on_engine_thread(
                 precision, trl_peer.trl_step(config.model, batch, trl_peer.TRL_SETTINGS[name]))
@@ -170,6 +178,8 @@ def _trl(config: BenchConfig, precision: str) -> report.GroupResult:
         seconds = machine.alternating_self_timed(steps, config.repeats)
         figures |= {("engine_" + workload + "_tok_s" if key == "engine" else key): batch.predicted_tokens / value
                     for key, value in seconds.items()}
+        figures[f"engine_{workload}_matmuls_tok_s"] = (batch.predicted_tokens
+                                                       / _matmul_seconds(config, precision, engine_step))
     return report.GroupResult(f"trl/{precision}", figures, notes=[missing] if missing else [])
 
 
@@ -189,8 +199,14 @@ def _ct2_generate(config: BenchConfig, precision: str) -> report.GroupResult:
 
 def _on_engine_thread(precision: str, step: Callable[[], float]) -> Callable[[], float]:
     """`step` run by the local engine's serving thread (the main thread when the group is hosted)."""
+    run_there = _engine_thread(precision)
+    return lambda: run_there(step)
+
+
+def _engine_thread(precision: str) -> Callable[[Callable[[], T]], T]:
+    """A function that runs its argument on the local engine's serving thread and returns its result."""
     engine = get_engine(precision, "cpu")  # type: ignore[arg-type]
-    return lambda: engine.call(step).result()
+    return lambda fn: engine.call(fn).result()
 
 
 def run_isolated(config: BenchConfig, name: str, argv: Sequence[str]) -> report.GroupResult:

@@ -1,0 +1,53 @@
+"""The matmul timer behind the bench's training ceiling: what it counts, and on which thread."""
+
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from recipes_lib.bench.machine import MatmulTimer, matmul_seconds
+
+
+def test_forward_and_backward_matmuls_are_counted_and_nothing_else() -> None:
+    x, w = torch.randn(16, 32, requires_grad=True), torch.randn(32, 8, requires_grad=True)
+    with MatmulTimer() as timer:
+        loss = torch.relu(x @ w).sum()  # relu and sum: not matmuls
+        loss.backward()
+    assert timer.calls == 3  # x @ w; its backward: grad @ w^T and x^T @ grad
+    with MatmulTimer() as timer:
+        (x * 2).sum().backward()
+    assert timer.calls == 0 and timer.seconds == 0.0
+
+
+def test_a_step_costs_its_matmuls_not_its_other_work() -> None:
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+
+    def matmuls() -> None:
+        for _ in range(20):
+            a @ b
+
+    def step() -> None:
+        matmuls()
+        time.sleep(0.05)  # work that is not a matmul
+
+    alone = []
+    for _ in range(5):
+        start = time.perf_counter()
+        matmuls()
+        alone.append(time.perf_counter() - start)
+    measured = matmul_seconds(step, repeats=3)
+    assert measured < 0.05  # the sleep is not counted
+    assert statistics.median(alone) / 3 < measured < 3 * statistics.median(alone)  # the same matmuls, timed apart
+
+
+def test_the_timer_sees_the_thread_it_is_entered_on() -> None:
+    """A client call does its work on the engine's thread: timed from the caller's thread, nothing counts."""
+    a = torch.randn(128, 128)
+    with ThreadPoolExecutor(1) as worker:
+
+        def step() -> None:
+            worker.submit(lambda: a @ a).result()
+
+        assert matmul_seconds(step, repeats=1) == 0.0
+        assert matmul_seconds(step, repeats=1, on_thread=lambda fn: worker.submit(fn).result()) > 0.0
