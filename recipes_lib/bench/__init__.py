@@ -5,7 +5,9 @@ and bf16 autocast:
 
 - training tokens/s of `forward_backward` + `optim_step` on 8 x 128 tokens (every token weighted,
   and a prompt-masked variant where 1 token in 4 carries loss), and its share of the matmul peak
-  (model FLOPs from the config: 4 N per trained token, N = matmul weights incl. unembedding);
+  (model FLOPs from the config: 4 N per trained token, N = matmul weights incl. unembedding), and
+  a ceiling: the step's matmuls alone, timed inside it (forward and backward), which no step made
+  of those matmuls beats; beside TRL, the same ceiling of our step as a multiple of the best setting;
 - sampling tokens/s for 8 distinct prompts x 64 new tokens, 1 prompt with `num_samples=8`, and the
   8 prompts from a rank-32 LoRA snapshot, against the weight-streaming bound (bandwidth measured),
   and the ceiling the machine's small-batch matmuls set below it: a decode step of 8 rows timed as
