@@ -111,17 +111,17 @@ def matmul_seconds(step: Callable[[], object], repeats: int,
     a client call); the timer is entered and left there. What a step would cost if it were nothing
     but its matmuls, at the speed they run inside it: no step built on these matmuls is faster.
     """
-    step()
-    seconds = []
-    for _ in range(repeats):
+
+    def timed() -> float:
         timer = MatmulTimer()
         on_thread(timer.__enter__)
         try:
             step()
         finally:
             on_thread(partial(timer.__exit__, None, None, None))
-        seconds.append(timer.seconds)
-    return statistics.median(seconds)
+        return timer.seconds
+
+    return alternating_self_timed({"matmuls": timed}, repeats)["matmuls"]
 
 
 def model_flops_per_token(model: torch.nn.Module) -> float:

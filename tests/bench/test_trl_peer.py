@@ -22,8 +22,9 @@ def test_absent_trl_skips_the_rows_and_says_how_to_install(monkeypatch: pytest.M
     config = config_from_argv(run.chz.Blueprint(run.BenchConfig), TINY)
     result = run.run_group(config, "trl/bfloat16")
     assert result.notes == [message]
+    # ours still measured
     assert sorted(result.figures) == ["engine_number_words_matmuls_tok_s", "engine_number_words_tok_s",
-                                      "engine_random_8x128_matmuls_tok_s", "engine_random_8x128_tok_s"]  # ours still
+                                      "engine_random_8x128_matmuls_tok_s", "engine_random_8x128_tok_s"]
 
 
 def test_present_trl_runs_a_step_on_a_tiny_model(tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
