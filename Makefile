@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup demo test test-fast bench reproduce typecheck lint clean
+.PHONY: setup demo test test-fast test-isa bench reproduce typecheck lint clean
 
 # Idempotent: re-runs the install only when the project's requirements change.
 setup: $(STAMP)
@@ -31,6 +31,11 @@ test: setup
 # Quick feedback while developing: everything except the tests on the real SmolLM2 model.
 test-fast: setup
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
+
+# The numerics tests again under each instruction set this CPU can stand in for (AVX2, AVX-512 without
+# bf16, no SIMD): sampler = scorer = trainer on every CPU, not only this one's. CI runs it after `make test`.
+test-isa: setup
+	$(BIN)/python scripts/test_isa.py
 
 # Speed against the machine's peak and the peers (TRL from the `[bench]` extra, installed here; the bench
 # skips TRL's rows, saying so, where it is absent). More settings: `make bench BENCH_ARGS="repeats=3 json_path=bench.json"`.

@@ -1,6 +1,5 @@
 """Keeping fewer activations for the backward pass changes no number: bitwise the same logits and gradients."""
 
-import contextlib
 import copy
 import gc
 import weakref
@@ -8,10 +7,11 @@ import weakref
 import pytest
 import torch
 
-from recipes_lib.backends.local import attention
 from recipes_lib.backends.local.activations import keep_fewer_activations, made_again
-from recipes_lib.backends.local.attention import use_fp32_attention
+from recipes_lib.backends.local.attention import use_exact_attention
 from recipes_lib.backends.local.models import load_base_model
+
+pytestmark = pytest.mark.numerics
 
 
 def _logits_and_grads(model: torch.nn.Module, dtype: torch.dtype) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -27,18 +27,15 @@ def _logits_and_grads(model: torch.nn.Module, dtype: torch.dtype) -> tuple[torch
 @pytest.mark.parametrize(("name", "dtype"), [("recipes/tiny-llama", torch.bfloat16),
                                              ("recipes/tiny-qwen3", torch.bfloat16),
                                              ("recipes/tiny-llama", torch.float32)])
-def test_the_same_logits_and_gradients_bit_for_bit(name: str, dtype: torch.dtype,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_same_logits_and_gradients_bit_for_bit(name: str, dtype: torch.dtype) -> None:
     """Every parameter trains (norm weights too), on a padded batch. bf16 as the CPU engine runs it (bf16
-    weights, fp32 attention); the reference keeps what the model's own forward keeps, fp32 q, k, v too."""
+    weights, its attention); the reference keeps what the model's own forward keeps."""
     model = load_base_model(name).to(dtype).requires_grad_(True)
     if dtype == torch.bfloat16:
-        use_fp32_attention(model)
+        use_exact_attention(model)
     ours = copy.deepcopy(model)
     keep_fewer_activations(ours)
-    with monkeypatch.context() as patch:
-        patch.setattr(attention, "made_again", lambda pairs: contextlib.nullcontext())
-        expected_logits, expected_grads = _logits_and_grads(model, dtype)
+    expected_logits, expected_grads = _logits_and_grads(model, dtype)
     logits, grads = _logits_and_grads(ours, dtype)
     assert torch.equal(logits, expected_logits)
     assert grads.keys() == expected_grads.keys() and any("norm" in key for key in grads)

@@ -14,9 +14,12 @@ from tinker import types
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from recipes_lib.backends.local import decoder as decoder_module
+from recipes_lib.backends.local import projections
 from recipes_lib.backends.local.batch import pad_left_tokens
 from recipes_lib.backends.local.decoder import FusedDecoder, supports
 from recipes_lib.backends.local.models import load_base_model
+
+pytestmark = pytest.mark.numerics
 
 PROMPTS = [[5, 17, 300, 41, 9, 77], [1000, 3], [8, 8, 8, 250]]
 
@@ -131,13 +134,13 @@ def test_matmuls_alone_are_the_matmuls_of_a_step(with_lora: bool, monkeypatch: p
     if with_lora:
         fused.set_lora(_random_deltas(model, rank=4, seed=0))
     calls: list[tuple[int, int | None, tuple[int, ...]]] = []
-    original = decoder_module._linear
+    original = projections._linear
 
     def recorded(x, weight, packed, bias=None):  # type: ignore[no-untyped-def]
         calls.append((id(weight), None if packed is None else id(packed), tuple(x.shape)))
         return original(x, weight, packed, bias)
 
-    monkeypatch.setattr(decoder_module, "_linear", recorded)
+    monkeypatch.setattr(projections, "_linear", recorded)
     tokens, mask, positions = pad_left_tokens([list(p) for p in PROMPTS])
     with torch.inference_mode():
         out = model.get_decoder()(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True)
@@ -183,15 +186,19 @@ def test_sampling_with_and_without_the_fused_step_agree(service_client, tiny_tok
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
 
 
+@pytest.mark.parametrize("precision", ["bfloat16", "float32"])
 @pytest.mark.parametrize("name", ["recipes/tiny-llama", "recipes/tiny-qwen3"])
 @pytest.mark.parametrize("rank", [8, 32])  # adapter scale 32 / rank: 4, and 1 (the fused step skips its multiply)
-def test_bf16_sampled_logprobs_equal_scores_with_a_trained_adapter(name: str, rank: int) -> None:
-    """In bf16 the delta stays beside the weights; the fused step must round it as scoring does."""
+def test_sampled_logprobs_equal_scores_and_the_trainers_with_a_trained_adapter(precision: str, name: str,
+                                                                               rank: int) -> None:
+    """The sampler, the scorer and the trainer are one model: log-probs of the same tokens agree to 1e-4
+    in bf16 as in fp32, on whatever CPU this runs (`make test-isa` runs it under each ISA the host can
+    emulate). Prompts of several lengths share one batch (left padding); three samples each."""
     from recipes_lib.backends.local.clients import ServiceClient
     from recipes_lib.tokenizers import get_tokenizer
 
     tokenizer = get_tokenizer(name)
-    trainer = ServiceClient(precision="bfloat16", device="cpu").create_lora_training_client(name, rank=rank, seed=0)
+    trainer = ServiceClient(precision=precision, device="cpu").create_lora_training_client(name, rank=rank, seed=0)
     tokens = tokenizer.encode("one two three four five six seven eight nine ten")
     datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
                         loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)})
@@ -200,12 +207,18 @@ def test_bf16_sampled_logprobs_equal_scores_with_a_trained_adapter(name: str, ra
         trainer.optim_step(types.AdamParams(learning_rate=1e-2))
     sampler = trainer.save_weights_and_get_sampling_client()
     assert sampler._snapshot.base.sampler.decoder is not None  # noqa: SLF001
-    for seed, text in enumerate(["Hello", "Once upon a time there", "The numbers are"]):
-        prompt = tokenizer.encode(text)
-        response = sampler.sample(types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=20, seed=seed))
-        for seq in response.result().sequences:
-            scored = sampler.compute_logprobs(types.ModelInput.from_ints(prompt + list(seq.tokens))).result()
+    prompts = [tokenizer.encode(text) for text in ["Hello", "Once upon a time there", "The numbers are"]]
+    futures = [sampler.sample(types.ModelInput.from_ints(prompt), 3, types.SamplingParams(max_tokens=24, seed=seed))
+               for seed, prompt in enumerate(prompts)]
+    for prompt, future in zip(prompts, futures):
+        for seq in future.result().sequences:
+            sequence = prompt + list(seq.tokens)
+            scored = sampler.compute_logprobs(types.ModelInput.from_ints(sequence)).result()
             np.testing.assert_allclose(scored[len(prompt):], seq.logprobs, atol=1e-4)
+            forward = types.Datum(model_input=types.ModelInput.from_ints(sequence[:-1]),
+                                  loss_fn_inputs={"target_tokens": sequence[1:], "weights": [0.0] * (len(sequence) - 1)})
+            trained = trainer.forward([forward], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].data
+            np.testing.assert_allclose(trained[len(prompt) - 1:], seq.logprobs, atol=1e-4)
 
 
 def test_other_architectures_sample_from_their_own_logits() -> None:

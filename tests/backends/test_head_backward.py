@@ -14,6 +14,8 @@ from recipes_lib.backends.local.losses import REQUIRED_INPUTS, gradient_mask, pe
 from recipes_lib.backends.local.precision import PrecisionName
 from tests.lora_training import train_on_tokens
 
+pytestmark = pytest.mark.numerics
+
 MODEL = "recipes/tiny-llama"
 
 

@@ -9,6 +9,8 @@ from tinker import types
 from recipes_lib.backends.local.models import load_base_model
 from recipes_lib.exceptions import ConfigurationError, DataFormatError
 
+pytestmark = pytest.mark.numerics
+
 MODEL = "recipes/tiny-llama"
 
 

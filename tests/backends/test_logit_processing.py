@@ -23,6 +23,8 @@ from transformers import (
 from recipes_lib.backends.local.logits import OutputHead, check_output_head
 from recipes_lib.exceptions import ConfigurationError
 
+pytestmark = pytest.mark.numerics
+
 VOCAB = 49152  # SmolLM2's tokenizer, saved beside the model
 # initializer_range: weights large enough that the logits span several nats, so processing shows.
 TINY = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, initializer_range=0.5,

@@ -7,6 +7,8 @@ import torch
 
 from preference.losses import PairLogprobs, dpo_loss, dpo_metrics, sequence_logprobs, split_pairs
 
+pytestmark = pytest.mark.numerics
+
 # Two pairs, beta = 0.5:
 #   pair 0: policy (-1, -3), reference (-2, -2): rewards +0.5 / -0.5, difference +1
 #   pair 1: policy (-4, -1), reference (-3, -3): rewards -0.5 / +1.0, difference -1.5

@@ -15,6 +15,8 @@ from recipes_lib.cli import config_from_argv
 from recipes_lib.exceptions import CheckpointError, ConfigurationError
 from tests.lora_training import train_on_tokens
 
+pytestmark = pytest.mark.numerics
+
 MODEL = "recipes/tiny-llama"
 TOKENS = [1, 9690, 198, 2683, 3712, 30, 2, 198, 1, 520, 9531, 198]
 

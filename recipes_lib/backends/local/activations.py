@@ -3,18 +3,17 @@
 A training micro-batch keeps every tensor its backward pass needs until that backward runs, and
 the activation budget (`trainer.ACTIVATION_BUDGET_BYTES`) caps its tokens by those bytes; every
 micro-batch streams the weights again, so bytes saved per token become tokens per micro-batch,
-or memory. In the Llama family three saved tensors can be made again from tensors that are kept
+or memory. In the Llama family two saved tensors can be made again from tensors that are kept
 anyway, by repeating the op that made them:
 
 - RMSNorm keeps the fp32 upcast of its input (for the square and for the scaling): when the input
   is bf16 (or fp16), the input is kept instead and cast again in the backward pass;
-- SwiGLU keeps `silu(gate)` beside `gate`: it is computed again from `gate`;
-- the fp32 attention of bf16 models on a CPU (`attention.py`) keeps fp32 upcasts of q, k and v:
-  the bf16 tensors are kept instead.
+- SwiGLU keeps `silu(gate)` beside `gate`: it is computed again from `gate`.
+
+(The attention of bf16 models on a CPU, `attention.py`, keeps only its bf16 q, k and v by itself.)
 
 The same op on the same input gives the same bits, so the gradients are those of the model's own
-forward (tested). Resident memory added by a forward pass with gradients, SmolLM2 with a rank-32
-LoRA, per token and layer: bf16 on a CPU 28.0 -> 20.7 KB, fp32 40.8 -> 34.8 KB. It applies on
+forward (tested). It applies on
 every device (a GPU's memory is finite too) and only where gradients are recorded; without them
 these forwards compute what the model's own do, op for op.
 """

@@ -29,7 +29,7 @@ from transformers import PreTrainedModel
 from recipes_lib.backends.local import host
 from recipes_lib.backends.local.activations import keep_fewer_activations
 from recipes_lib.backends.local.adapters import AdapterHost, LoraSpec, lora_deltas
-from recipes_lib.backends.local.attention import use_fp32_attention
+from recipes_lib.backends.local.attention import use_exact_attention
 from recipes_lib.backends.local.decoder import share_fused_storage
 from recipes_lib.backends.local.futures import LocalFuture
 from recipes_lib.backends.local.logits import check_output_head
@@ -209,7 +209,7 @@ class LocalEngine:
                     # dtype saves autocast's per-step weight casts (~9 % of a step) and half the memory.
                     model.to(self.precision.autocast)
                     if self.precision.device.type == "cpu":
-                        use_fp32_attention(model)
+                        use_exact_attention(model)
                 keep_fewer_activations(model)  # bitwise the same gradients, ~25 % fewer bytes kept
                 # Trainer, scorer and sampler must all see the logits of the model's own forward.
                 check_output_head(model, name)

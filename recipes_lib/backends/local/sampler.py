@@ -79,12 +79,10 @@ class SamplerModel:
         assert not unknown, f"snapshot adapts modules this model lacks: {sorted(unknown)[:3]}"
         self._unload_lora()  # the old copies go before the new ones are made
         device, dtype = self.precision.device, self.precision.sampler_dtype
-        self._hooks = [
-            self._linears[path].register_forward_hook(_LoraDelta(a.to(device, dtype), b.to(device, dtype), scale))
-            for path, (a, b, scale) in deltas.items()
-        ]
-        if self.decoder is not None:
-            self.decoder.set_lora(deltas, merge=dtype == torch.float32)
+        loaded = {path: (a.to(device, dtype), b.to(device, dtype), scale) for path, (a, b, scale) in deltas.items()}
+        self._hooks = [self._linears[path].register_forward_hook(_LoraDelta(*delta)) for path, delta in loaded.items()]
+        if self.decoder is not None:  # the same tensors as the hooks'
+            self.decoder.set_lora(loaded, merge=dtype == torch.float32)
         self.loaded_key = key
 
     def release(self) -> None:
