@@ -6,11 +6,12 @@ returns each task's metrics as `<metric_prefix>/<task>/<metric>` (`<task>/<score
 task with several scorers), e.g. `inspect/number_to_words/accuracy`. The same class runs the
 offline command, `python -m eval.run_inspect_evals`.
 
-Sampling settings here are the model's defaults: a task's own `GenerateConfig` (our tasks decode
-greedily) takes precedence over them, as Inspect merges task settings over model settings.
+Sampling settings left unset keep each task's own `GenerateConfig` (our tasks decode greedily);
+settings given override the task's (they go to `eval_async`, which Inspect merges over the task's).
 """
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -28,6 +29,7 @@ from eval.evaluators import SamplingClientEvaluator
 from eval.inspect_bridge import InspectAPIFromTinkerSampling
 from eval.tasks import resolve_tasks
 from recipes_lib.completers import SamplingClientLike
+from recipes_lib.exceptions import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +57,13 @@ class InspectEvaluatorBuilder:
     verbose: bool = False
     # Return parsed reasoning (thinking) as Inspect reasoning content.
     include_reasoning: bool = False
-    # Model defaults for tasks that do not set their own.
-    temperature: float = 1.0
-    max_tokens: int = 1000
-    top_p: float = 1.0
-    # -1: no top-k truncation.
-    top_k: int = -1
+    # Sampling settings. None keeps each task's own (our tasks decode greedily), else the defaults
+    # temperature 1.0, max_tokens 1000, top_p 1.0, top_k -1 (no truncation); a value given here
+    # overrides the task's.
+    temperature: float | None = None
+    max_tokens: int | None = None
+    top_p: float | None = None
+    top_k: int | None = None
     # Completions per prompt (for pass@k / majority scorers).
     num_choices: int = 1
     # Evaluate only the first `limit` samples of each task; None: all.
@@ -76,6 +79,28 @@ class InspectEvaluatorBuilder:
     display: DisplayType = "none"
     # Free-form metadata stored in the Inspect logs.
     metadata: dict[str, str] | None = None
+
+    @chz.validate
+    def _check(self) -> None:
+        if not self.tasks:
+            raise ConfigurationError("tasks is empty; name at least one task, e.g. tasks=arithmetic.")
+        problems = [f"{key}={value} (expected {want})" for key, value, ok, want in [
+            ("limit", self.limit, self.limit is None or self.limit >= 1, "an integer >= 1, or unset for all"),
+            ("max_tokens", self.max_tokens, self.max_tokens is None or self.max_tokens >= 1, "an integer >= 1"),
+            ("temperature", self.temperature, self.temperature is None or math.isfinite(self.temperature)
+             and self.temperature >= 0, "a number >= 0"),
+            ("top_p", self.top_p, self.top_p is None or 0 < self.top_p <= 1, "a number in (0, 1]"),
+            ("top_k", self.top_k, self.top_k is None or self.top_k >= -1, ">= 1, or -1 for no limit"),
+            ("num_choices", self.num_choices, self.num_choices >= 1, "an integer >= 1"),
+        ] if not ok]
+        if problems:
+            raise ConfigurationError(f"Bad Inspect settings: {'; '.join(problems)}.")
+
+    def overrides(self) -> dict[str, float | int]:
+        """The sampling settings given, which take precedence over each task's own."""
+        given = {"temperature": self.temperature, "max_tokens": self.max_tokens, "top_p": self.top_p,
+                 "top_k": self.top_k}
+        return {key: value for key, value in given.items() if value is not None}
 
     def __call__(self) -> "InspectEvaluator":
         return InspectEvaluator(self)
@@ -122,6 +147,7 @@ class InspectEvaluator(SamplingClientEvaluator):
             log_level=config.log_level,
             log_realtime=False,
             metadata=dict(config.metadata) if config.metadata else None,
+            **config.overrides(),  # type: ignore[arg-type]
         )
 
     def model(self, sampling_client: SamplingClientLike) -> Model:
@@ -134,10 +160,9 @@ class InspectEvaluator(SamplingClientEvaluator):
             verbose=config.verbose,
             include_reasoning=config.include_reasoning,
         )
-        return Model(api=api, config=GenerateConfig(
-            temperature=config.temperature, max_tokens=config.max_tokens, top_p=config.top_p,
-            top_k=config.top_k, seed=config.seed, num_choices=config.num_choices,
-        ))
+        defaults = {"temperature": 1.0, "max_tokens": 1000, "top_p": 1.0, "top_k": -1, **config.overrides()}
+        return Model(api=api, config=GenerateConfig(seed=config.seed, num_choices=config.num_choices,
+                                                     **defaults))  # type: ignore[arg-type]
 
 
 def metrics_from_logs(logs: Sequence[EvalLog], prefix: str) -> dict[str, float]:

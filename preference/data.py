@@ -104,6 +104,7 @@ class PreferencePairDataset:
                  max_length: int | None):
         if not comparisons:
             raise DataFormatError("The preference dataset is empty.")
+        _check_comparisons(comparisons)
         self.comparisons = list(comparisons)
         self.renderer = renderer
         self.batch_size = batch_size
@@ -135,6 +136,20 @@ class PreferencePairDataset:
     def all_pairs(self) -> list[PreferencePair]:
         """Every usable pair, in file order (for evaluation sets)."""
         return self.render(self.comparisons)
+
+
+def _check_comparisons(comparisons: Sequence[LabeledComparison]) -> None:
+    """Refuse a dataset no comparison of which can train (all ties, or both completions the same);
+    say how many cannot, where some can."""
+    ranked = [c for c in comparisons if c.label != "Tie"]
+    same = [c for c in ranked if c.chosen == c.rejected]
+    if not ranked or len(same) == len(ranked):
+        why = "is a tie" if not ranked else "has the same two completions"
+        raise DataFormatError(f"Every one of the {len(comparisons)} comparisons {why}, so preference training would "
+                              "learn nothing from them; check the data (completion_A, completion_B and label).")
+    if same:
+        logger.warning("%d of %d comparisons have the same two completions; they train nothing.", len(same),
+                       len(comparisons))
 
 
 @chz.chz

@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +24,7 @@ from chz.blueprint import (
 )
 
 from recipes_lib.backends import make_service_client
+from recipes_lib.backends.hosted import server_gone_raises
 from recipes_lib.backends.local.host import run_hosted
 from recipes_lib.backends.protocols import ServiceClient, TrainingClient
 from recipes_lib.checkpoints import (
@@ -33,7 +33,7 @@ from recipes_lib.checkpoints import (
     last_resumable,
     load_checkpoints,
 )
-from recipes_lib.exceptions import ConfigurationError, RecipesError
+from recipes_lib.exceptions import BackendUnavailable, ConfigurationError, RecipesError
 from recipes_lib.logging import (
     CONFIG_FILE,
     MultiplexLogger,
@@ -43,6 +43,8 @@ from recipes_lib.logging import (
     setup_logging,
 )
 from recipes_lib.paths import recipes_home_path
+from recipes_lib.removal import RUN_FOLDER, check_removable, remove_folder
+from recipes_lib.run_lock import LOCK_FILE, lock_run_folder, release_all
 
 T = TypeVar("T")
 LogdirBehavior = Literal["ask", "resume", "delete", "raise"]
@@ -99,10 +101,18 @@ def user_errors(config: Any = None) -> Iterator[None]:
         yield
         return
     try:
-        yield
+        try:
+            with server_gone_raises():
+                yield
+        except BaseException:
+            release_all()  # a run stopped before it wrote anything leaves no folder
+            raise
     except KeyboardInterrupt:
         print(f"\ninterrupted. {_resume_hint(config)}", file=sys.stderr)
         raise SystemExit(130) from None
+    except BackendUnavailable as exc:
+        print(f"error: {exc} {_resume_hint(config)}", file=sys.stderr)
+        raise SystemExit(1) from None
     except RecipesError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
@@ -160,88 +170,48 @@ def _did_you_mean(blueprint: chz.Blueprint[T], args: list[str], message: str) ->
     return f"\nDid you mean: {', '.join(close)}?" if close else ""
 
 
-# What our runs write into a log folder; anything else in it is the user's and is never deleted.
-RUN_FOLDER_ENTRIES = frozenset({
-    "config.json", "config.json.tmp", "config_changes.jsonl", "metrics.jsonl", "metrics.jsonl.tmp",
-    "checkpoints.jsonl", "rollouts", "metrics.png", "comparison.png", "wandb",
-})
-RUN_FOLDER_EVIDENCE = ("config.json", "metrics.jsonl", "checkpoints.jsonl")
-
-
 def check_log_dir(log_path: str | Path, behavior: LogdirBehavior) -> None:
-    """Decide what to do when `log_path` already holds a run; check that it can be written.
+    """Decide what to do when `log_path` already holds a run; lock the folder; check it can be written.
 
     `resume` continues from its last checkpoint, `delete` starts over, `raise` stops with an error,
     `ask` asks on a terminal (and, without one, stops with an error that names the options).
-    Only a folder that is recognisably one of our run folders is ever resumed or deleted, and never
-    the working directory, a parent of it, the home folder or `/`.
+    Only a folder that is recognisably one of our run folders is ever resumed or deleted
+    (`removal.py` says what else is never deleted), and only once this process holds its lock
+    (`run_lock.py`: another run in the folder stops this one before anything is touched).
     """
     if not str(log_path).strip():
         raise ConfigurationError("log_path is empty; pass the folder for this run, e.g. log_path=runs/my-run.")
     path = Path(log_path).expanduser()
     if path.exists() and not path.is_dir():
         raise ConfigurationError(f"log_path={path} is a file, not a folder; pass a folder for the run.")
-    if path.exists() and any(path.iterdir()):
+    earlier = path.exists() and any(e.name != LOCK_FILE for e in path.iterdir())
+    if earlier:
         if behavior == "ask":
             behavior = _ask(path)
-        if behavior == "delete":
-            delete_run_folder(path)
-        elif behavior == "raise":
+        if behavior == "raise":
             raise ConfigurationError(
                 f"Log directory {path} already exists. Pass behavior_if_log_dir_exists=resume to continue it, "
                 "=delete to start over, or a new log_path."
             )
+        if behavior == "delete":
+            check_removable(log_path, "log_path", RUN_FOLDER)
         else:
             _check_is_run_folder(path, "resume a run in")
     check_writable(path, "log_path")
-
-
-def is_run_folder(path: Path) -> bool:
-    """Whether `path` holds only what our runs write (stage subfolders of a pipeline included)."""
-    entries = list(path.iterdir())
-    evidence = any(e.name in RUN_FOLDER_EVIDENCE for e in entries)
-    subruns = [e for e in entries if e.is_dir() and e.name not in RUN_FOLDER_ENTRIES]
-    return (evidence or bool(subruns)) and not _foreign_entries(path)
-
-
-def _foreign_entries(path: Path) -> list[str]:
-    foreign = []
-    for entry in sorted(path.iterdir()):
-        if entry.name in RUN_FOLDER_ENTRIES:
-            continue
-        if entry.is_dir() and not entry.is_symlink() and any(entry.iterdir()) and is_run_folder(entry):
-            continue  # a pipeline's stage (rlhf_pipeline writes sft/, rm/, rl/)
-        foreign.append(entry.name + ("/" if entry.is_dir() else ""))
-    return foreign
+    lock_run_folder(path)
+    if earlier and behavior == "delete":
+        remove_folder(log_path, "log_path", RUN_FOLDER, keep=frozenset({LOCK_FILE}))
 
 
 def _check_is_run_folder(path: Path, action: str) -> None:
-    foreign = _foreign_entries(path)
-    if foreign or not is_run_folder(path):
-        listed = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+    foreign = RUN_FOLDER.foreign(path)
+    if foreign is None or foreign:
+        listed = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "") \
+            if foreign else "no config.json"
         raise ConfigurationError(
-            f"Refusing to {action} {path}: it is not a run folder of ours (it holds {listed or 'no config.json'}). "
+            f"Refusing to {action} {path}: it is not a run folder of ours (it holds {listed}). "
             "Pass a new log_path, or the folder of an earlier run."
         )
-
-
-def delete_run_folder(path: Path) -> None:
-    """Delete a run folder, after checking that it is one and not a folder that holds the user's work."""
-    resolved = path.resolve()
-    cwd, home = Path.cwd().resolve(), Path.home().resolve()
-    if resolved == cwd or resolved in cwd.parents or resolved == home or resolved == Path(resolved.anchor):
-        what = ("the working directory" if resolved == cwd else "your home folder" if resolved == home
-                else "the root folder" if resolved == Path(resolved.anchor) else "a parent of the working directory")
-        raise ConfigurationError(
-            f"Refusing to delete log_path={path} ({resolved}): it is {what}. Pass the run's own folder."
-        )
-    _check_is_run_folder(path, "delete")
-    contents = ", ".join(sorted(e.name for e in path.iterdir()))
-    print(f"Deleting the earlier run in {path} ({contents}).", file=sys.stderr)
-    try:
-        shutil.rmtree(path)
-    except OSError as exc:
-        raise ConfigurationError(f"Could not delete {path}: {exc.strerror} ({exc.filename}).") from None
 
 
 def check_writable(path: Path, key: str) -> None:

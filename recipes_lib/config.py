@@ -30,6 +30,9 @@ class BackendConfig:
     base_url: str | None = None
     # Prefer the TINKER_API_KEY environment variable; a key given here is never logged or saved.
     api_key: str | None = chz.field(default=None, repr=False)
+    # Hosted API: seconds the server may neither answer nor refuse connections before the run stops
+    # (refused connections, a server whose process is gone, stop it within seconds).
+    unreachable_timeout_s: float = 300.0
 
 
 def local(precision: Precision = "auto", device: Device = "auto") -> BackendConfig:

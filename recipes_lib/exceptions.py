@@ -28,3 +28,7 @@ class CheckpointError(RecipesError, ValueError):
 class TrainingDivergedError(RecipesError, ValueError):
     """The gradients, or the weights after an update, hold NaN or infinite values (the learning
     rate is usually too high); the update is refused so no NaN checkpoint is ever saved."""
+
+
+class BackendUnavailable(RecipesError, ConnectionError):
+    """The Tinker server stopped answering in the middle of a run (`backends.hosted` watches it)."""

@@ -38,6 +38,13 @@ from recipes_lib.checkpoints import load_checkpoints
 from recipes_lib.cli import run_recipe
 from recipes_lib.config import BackendConfig, backend_field
 from recipes_lib.exceptions import CheckpointError, ConfigurationError
+from recipes_lib.removal import (
+    EXPORT_FOLDER,
+    check_removable,
+    protected_reason,
+    remove_folder,
+    write_export_marker,
+)
 from recipes_lib.run_folder import last_sampler_path
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -56,7 +63,7 @@ class Config:
     log_path: str | None = None
     # false: a peft adapter folder; true: a full Hugging Face model with the adapter merged in.
     merge: bool = False
-    # Replace what `out` holds.
+    # Replace an earlier export in `out` (only a folder this command wrote; nothing else is deleted).
     overwrite: bool = False
     # For tinker:// paths: the hosted API to download from (base_url; the key from TINKER_API_KEY).
     backend: BackendConfig = backend_field()
@@ -68,19 +75,29 @@ class Config:
 
 
 def main(config: Config) -> None:
-    out = _prepare_out(Path(config.out).expanduser(), config.overwrite)
+    out = _check_out(config.out, config.overwrite)
     model_path = config.model_path or _run_checkpoint(str(config.log_path))
-    with tempfile.TemporaryDirectory(prefix="recipes-export-") as scratch:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Written beside `out`, then moved into place: a failed export leaves nothing behind, and an
+    # earlier export that overwrite=true replaces stays whole until the new one is complete.
+    with tempfile.TemporaryDirectory(prefix="recipes-export-") as scratch, \
+            tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as staging:
+        written = Path(staging) / "export"
+        written.mkdir()
         adapter = adapter_folder(model_path, Path(scratch), config.backend)
         if adapter is None:  # the hosted API handed over a full model already
-            _copy_tree(Path(scratch), out)
+            _copy_tree(Path(scratch), written)
             kind = "model"
         elif config.merge:
-            export_merged(adapter, out)
+            export_merged(adapter, written)
             kind = "merged model"
         else:
-            export_adapter(adapter, out)
+            export_adapter(adapter, written)
             kind = "peft adapter"
+        write_export_marker(written, model_path, kind)
+        if out.exists() and any(out.iterdir()):
+            remove_folder(config.out, "out", EXPORT_FOLDER)
+        written.rename(out)  # onto an empty folder, or where the earlier export was
     print(f"Exported {model_path} as a {kind} to {out}")
 
 
@@ -97,14 +114,20 @@ def _run_checkpoint(log_path: str) -> str:
     return record.state_path
 
 
-def _prepare_out(out: Path, overwrite: bool) -> Path:
+def _check_out(text: str, overwrite: bool) -> Path:
+    """The folder `out=text` names, checked before any work: new or empty, or with `overwrite` an
+    earlier export of ours (`removal.py`: never the working directory, home, a user's folder, ...)."""
+    if not text.strip():
+        raise ConfigurationError("out is empty; pass the folder to export into, e.g. out=exports/my-adapter.")
+    out = Path(text).expanduser()
     if out.exists() and not out.is_dir():
         raise ConfigurationError(f"out={out} is a file; pass a folder to export into.")
     if out.exists() and any(out.iterdir()):
         if not overwrite:
             raise ConfigurationError(f"out={out} is not empty; pass an empty or new folder, or overwrite=true.")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+        check_removable(text, "out", EXPORT_FOLDER)
+    elif out.is_symlink() or protected_reason(out.resolve()) is not None:
+        check_removable(text, "out", EXPORT_FOLDER)  # says why (an empty home folder is still home)
     return out
 
 

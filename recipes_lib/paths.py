@@ -25,8 +25,19 @@ SMOLLM2_SETUP_HINT = (
 
 
 def recipes_home_path() -> Path:
-    """`$RECIPES_HOME` (default `~/.cache/recipes`), without creating it."""
-    return Path(os.environ.get("RECIPES_HOME", "~/.cache/recipes")).expanduser()
+    """`$RECIPES_HOME` (default `~/.cache/recipes`) as an absolute path, without creating it.
+
+    Raises:
+        ConfigurationError: the variable is set but empty (which would mean the working directory,
+            a different one for every command).
+    """
+    value = os.environ.get("RECIPES_HOME")
+    if value is not None and not value.strip():
+        raise ConfigurationError(
+            "RECIPES_HOME is set but empty; set it to a folder (checkpoints and caches live there), or unset it "
+            "for the default ~/.cache/recipes."
+        )
+    return Path(value or "~/.cache/recipes").expanduser().absolute()
 
 
 def recipes_home() -> Path:

@@ -10,15 +10,23 @@ its traceback is printed with it. Errors of the policy (the sampler) pass throug
 
 Given a `seed`, a group's rollouts are reproducible: env `i` of the group samples with its own
 copy of the policy seeded from `derive_seed(seed, i)`, whatever order the envs finish in.
+
+An episode is bounded (`RolloutLimits`): an env that never sets `episode_done` within `max_turns`
+turns, an episode that runs past `timeout_s`, or a `step` that returns something other than a
+`StepResult` is a `RolloutError` too (types `TurnLimit`, `Timeout`, `BadStepResult`), so it is
+counted or stops the run with that message, and never hangs it.
 """
 
 import asyncio
+import numbers
 from collections.abc import Awaitable, Coroutine, Iterable
 from typing import Any, TypeVar
 
+import chz
+
 from recipes_lib.completers import SeedableTokenCompleter, TokenCompleter, derive_seed
 from recipes_lib.exceptions import RecipesError
-from rl.types import Env, EnvGroupBuilder, Trajectory, TrajectoryGroup, Transition
+from rl.types import Env, EnvGroupBuilder, StepResult, Trajectory, TrajectoryGroup, Transition
 
 T = TypeVar("T")
 
@@ -45,21 +53,72 @@ async def env_call(owner: object, method: str, call: Awaitable[T]) -> T:
         ) from exc
 
 
-async def do_single_rollout(policy: TokenCompleter, env: Env) -> Trajectory:
+@chz.chz
+class RolloutLimits:
+    """Bounds on one episode."""
+
+    # Env steps an episode may take; one more without `episode_done` is a TurnLimit error.
+    max_turns: int = 100
+    # Seconds an episode may take, sampling included; 0: no limit.
+    timeout_s: float = 1800.0
+
+    @chz.validate
+    def _check(self) -> None:
+        if self.max_turns < 1 or not self.timeout_s >= 0:
+            raise RecipesError(f"rollout_limits needs max_turns >= 1 and timeout_s >= 0 (0: none); got "
+                               f"max_turns={self.max_turns}, timeout_s={self.timeout_s}.")
+
+
+async def do_single_rollout(policy: TokenCompleter, env: Env, limits: RolloutLimits | None = None) -> Trajectory:
     """Run one episode: sample an action for each observation until the env says it is done."""
+    limits = limits or RolloutLimits()
+    if not limits.timeout_s:
+        return await _episode(policy, env, limits.max_turns)
+    try:
+        return await asyncio.wait_for(_episode(policy, env, limits.max_turns), limits.timeout_s)
+    except TimeoutError:
+        name = type(env).__name__
+        raise RolloutError(f"{name}: the episode ran past rollout_limits.timeout_s={limits.timeout_s:g} s "
+                           "(sampling included); raise it, or find where the env waits.",
+                           env_name=name, error_type="Timeout") from None
+
+
+async def _episode(policy: TokenCompleter, env: Env, max_turns: int) -> Trajectory:
     ob, stop = await env_call(env, "initial_observation", env.initial_observation())
     transitions = []
-    while True:
+    for _ in range(max_turns):
         action = await policy(ob, stop)
-        result = await env_call(env, "step", env.step(action.tokens))
-        transitions.append(Transition(ob, action, result.reward, result.episode_done, dict(result.metrics)))
+        result = _checked_step_result(env, await env_call(env, "step", env.step(action.tokens)))
+        transitions.append(Transition(ob, action, float(result.reward), result.episode_done, dict(result.metrics)))
         if result.episode_done:
             return Trajectory(transitions, final_ob=result.next_observation)
         ob, stop = result.next_observation, result.next_stop_condition
+    name = type(env).__name__
+    raise RolloutError(f"{name}.step did not end the episode (episode_done=True) within rollout_limits.max_turns="
+                       f"{max_turns} turns; raise it if the env needs more, or check its stopping condition.",
+                       env_name=name, error_type="TurnLimit")
 
 
-async def do_group_rollout(builder: EnvGroupBuilder, policy: TokenCompleter, seed: int | None = None
-                           ) -> TrajectoryGroup:
+def _checked_step_result(env: Env, result: object) -> StepResult:
+    """`result` if it is a `StepResult` with a numeric reward and a bool `episode_done`, else a RolloutError."""
+    name = type(env).__name__
+    problem = None
+    if not isinstance(result, StepResult):
+        problem = f"returned {type(result).__name__} {result!r:.80}"
+    elif isinstance(result.reward, bool) or not isinstance(result.reward, numbers.Real):
+        problem = f"returned a reward of type {type(result.reward).__name__} ({result.reward!r:.40})"
+    elif not isinstance(result.episode_done, bool):
+        problem = f"returned episode_done of type {type(result.episode_done).__name__}"
+    if problem is not None:
+        raise RolloutError(f"{name}.step {problem}; it must return rl.types.StepResult(reward: float, "
+                           "episode_done: bool, next_observation, next_stop_condition, metrics).",
+                           env_name=name, error_type="BadStepResult")
+    assert isinstance(result, StepResult)
+    return result
+
+
+async def do_group_rollout(builder: EnvGroupBuilder, policy: TokenCompleter, seed: int | None = None,
+                           limits: RolloutLimits | None = None) -> TrajectoryGroup:
     """Run every env of a group concurrently, then add the group's own rewards.
 
     With a `seed`, `policy` must be a `SeedableTokenCompleter`; env `i` samples from
@@ -71,7 +130,8 @@ async def do_group_rollout(builder: EnvGroupBuilder, policy: TokenCompleter, see
         if not isinstance(policy, SeedableTokenCompleter):
             raise TypeError(f"A seeded rollout needs a policy with seeded(seed); {type(policy).__name__} has none.")
         policies = [policy.seeded(derive_seed(seed, i)) for i in range(len(envs))]
-    trajectories_G = await gather_or_cancel(do_single_rollout(p, env) for p, env in zip(policies, envs, strict=True))
+    trajectories_G = await gather_or_cancel(do_single_rollout(p, env, limits)
+                                            for p, env in zip(policies, envs, strict=True))
     group_rewards = await env_call(builder, "compute_group_rewards", builder.compute_group_rewards(trajectories_G))
     return TrajectoryGroup(
         trajectories_G=trajectories_G,

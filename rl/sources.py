@@ -22,7 +22,7 @@ from typing import Protocol
 
 from recipes_lib.backends.protocols import SamplingClient
 from recipes_lib.completers import TokenCompleter, derive_seed
-from rl.rollouts import RolloutError, do_group_rollout
+from rl.rollouts import RolloutError, RolloutLimits, do_group_rollout
 from rl.types import EnvGroupBuilder, RLDataset, TrajectoryGroup
 
 logger = logging.getLogger(__name__)
@@ -50,12 +50,12 @@ class GroupOutcome:
 
 async def roll_out(
     index: int, builder: EnvGroupBuilder, policy: TokenCompleter, sampler_step: int, tolerate_errors: bool,
-    seed: int | None = None,
+    seed: int | None = None, limits: RolloutLimits | None = None,
 ) -> GroupOutcome:
-    """Roll out one group (sampling from `seed` when given); an env error is raised, or, if
-    tolerated, logged and returned."""
+    """Roll out one group (sampling from `seed` when given); an env error (or an episode past its
+    `limits`) is raised, or, if tolerated, logged and returned."""
     try:
-        group = await do_group_rollout(builder, policy, seed)
+        group = await do_group_rollout(builder, policy, seed, limits)
     except RolloutError as exc:
         if not tolerate_errors:
             raise
@@ -84,11 +84,13 @@ class GroupSource(Protocol):
 class OnPolicySource:
     """Rolls out batch `i` of the dataset with the weights of step `i`, all groups concurrently."""
 
-    def __init__(self, dataset: RLDataset, make_policy: PolicyFactory, tolerate_errors: bool, seed: int | None):
+    def __init__(self, dataset: RLDataset, make_policy: PolicyFactory, tolerate_errors: bool, seed: int | None,
+                 limits: RolloutLimits | None = None):
         self.dataset = dataset
         self.make_policy = make_policy
         self.tolerate_errors = tolerate_errors
         self.seed = seed
+        self.limits = limits
         self._policy: TokenCompleter | None = None
         self._step = 0
 
@@ -102,7 +104,7 @@ class OnPolicySource:
         assert self._policy is not None and self._step == step, "set_policy(step, ...) must come first"
         builders = self.dataset.get_batch(step)
         tasks = [asyncio.ensure_future(roll_out(i, b, self._policy, step, self.tolerate_errors,
-                                                _group_seed(self.seed, step, i)))
+                                                _group_seed(self.seed, step, i), self.limits))
                  for i, b in enumerate(builders)]
         try:
             for finished in asyncio.as_completed(tasks):
@@ -133,7 +135,7 @@ class OffPolicySource:
 
     def __init__(self, builders: Sequence[EnvGroupBuilder], make_policy: PolicyFactory, groups_per_batch: int,
                  max_steps_off_policy: int, tolerate_errors: bool, seed: int | None, start_step: int = 0,
-                 save_every: int = 0):
+                 save_every: int = 0, limits: RolloutLimits | None = None):
         self.builders = list(builders)
         self.make_policy = make_policy
         self.groups_per_batch = groups_per_batch
@@ -142,6 +144,7 @@ class OffPolicySource:
         self.seed = seed
         self.start_step = start_step
         self.save_every = save_every
+        self.limits = limits
         self.end_step = start_step + len(self.builders) // groups_per_batch
         self._next_launch = start_step
         self._tasks: dict[int, list[asyncio.Task[GroupOutcome]]] = {}
@@ -162,7 +165,7 @@ class OffPolicySource:
         builders = self.builders[first:first + self.groups_per_batch]
         self._tasks[step] = [
             asyncio.ensure_future(roll_out(i, b, policy, sampler_step, self.tolerate_errors,
-                                           _group_seed(self.seed, step, i)))
+                                           _group_seed(self.seed, step, i), self.limits))
             for i, b in enumerate(builders)]
 
     def expected_groups(self, step: int) -> int:

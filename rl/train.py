@@ -49,7 +49,7 @@ from rl.data import TrainingBatch, loss_input, split_minibatches, with_advantage
 from rl.evaluators import RLTestSetEvaluator
 from rl.metrics import compute_kl_sample_train, compute_trajectory_metrics
 from rl.processing import _remove_constant_reward_groups, _remove_mask, assemble_training_data  # noqa: F401 (spec)
-from rl.rollouts import RolloutError
+from rl.rollouts import RolloutError, RolloutLimits
 from rl.sources import GroupOutcome, GroupSource, OffPolicySource, OnPolicySource
 from rl.transcripts import console_summary, write_transcripts
 from rl.types import RLDataset, RLDatasetBuilder, TrajectoryGroup
@@ -117,6 +117,11 @@ class Config:
     remove_constant_reward_groups: bool = False
     # An env error drops its group (counted in rollout_errors/<type>) instead of stopping the run.
     rollout_error_tolerance: bool = False
+    # Turns and seconds an episode may take (past either: a rollout error of type TurnLimit / Timeout).
+    rollout_limits: RolloutLimits = chz.field(default_factory=RolloutLimits)
+    # Stop after this many steps in a row that train on nothing (every group failed, had non-finite
+    # rewards, or had equal rewards and no KL penalty): such a run would only spend time. 0: never.
+    max_steps_without_signal: int = 5
     async_config: AsyncConfig | None = None
     stream_minibatch_config: StreamMinibatchConfig | None = None
 
@@ -155,6 +160,9 @@ class Config:
         if self.stream_minibatch_config is not None and self.stream_minibatch_config.num_minibatches < 1:
             raise ConfigurationError(f"stream_minibatch_config.num_minibatches must be >= 1; "
                                      f"got {self.stream_minibatch_config}.")
+        if self.max_steps_without_signal < 0:
+            raise ConfigurationError(f"max_steps_without_signal must be >= 0 (0: never stop), got "
+                                     f"{self.max_steps_without_signal}.")
 
 
 @dataclass
@@ -171,6 +179,7 @@ class _Run:
     start_step: int
     total_steps: int
     base_sampler: SamplingClient | None = None
+    steps_without_signal: int = 0  # in a row, up to the last step
 
 
 @dataclass
@@ -213,6 +222,7 @@ async def _start(config: Config, resume: CheckpointRecord | None) -> _Run | None
     """Resume or create the training client, build the datasets, evaluators, source and loggers
     (None when the run in `log_path` is already finished)."""
     train_dataset, test_dataset = await config.dataset_builder()
+    _check_dataset(train_dataset)
     total = _total_steps(config, train_dataset)
     started = open_run(config, resume, total)
     if started is None:
@@ -228,6 +238,16 @@ async def _start(config: Config, resume: CheckpointRecord | None) -> _Run | None
     return run
 
 
+def _check_dataset(dataset: RLDataset) -> None:
+    """Refuse, before any work, a dataset that would train on nothing."""
+    if len(dataset) == 0:
+        raise ConfigurationError(f"The training dataset ({type(dataset).__name__}) holds no batches; check its data "
+                                 "and batch size.")
+    if len(dataset.get_batch(0)) == 0:
+        raise ConfigurationError(f"Batch 0 of the training dataset ({type(dataset).__name__}) holds no groups; "
+                                 "its batch size (groups per batch) must be >= 1.")
+
+
 def _total_steps(config: Config, dataset: RLDataset) -> int:
     steps = len(dataset)
     if config.async_config is not None:
@@ -240,12 +260,12 @@ def _make_source(config: Config, dataset: RLDataset, start_step: int, total_step
         return TinkerTokenCompleter(sampling_client, max_tokens=config.max_tokens, temperature=config.temperature)
 
     if config.async_config is None:
-        return OnPolicySource(dataset, make_policy, config.rollout_error_tolerance, config.seed)
+        return OnPolicySource(dataset, make_policy, config.rollout_error_tolerance, config.seed, config.rollout_limits)
     per_step = config.async_config.groups_per_batch
     builders = [b for index in range(len(dataset)) for b in dataset.get_batch(index)]
     return OffPolicySource(builders[start_step * per_step:total_steps * per_step], make_policy, per_step,
                            config.async_config.max_steps_off_policy, config.rollout_error_tolerance, config.seed,
-                           start_step, config.save_every)
+                           start_step, config.save_every, config.rollout_limits)
 
 
 async def _loop(run: _Run) -> None:
@@ -294,6 +314,7 @@ async def _train_step(run: _Run, step: int) -> dict[str, float]:
     for optim in work.optim_steps:
         await optim
     metrics = _rollout_metrics(run, step, work.outcomes)
+    _check_signal(run, step, work)
     metrics.update(_training_metrics(work.minibatches, outputs))
     metrics.update(run.source.take_metrics())
     metrics["time/sample"] = work.sampling_seconds
@@ -344,6 +365,27 @@ async def _submit_streaming(run: _Run, step: int, stream: AsyncIterator[GroupOut
     work.outcomes.sort(key=lambda o: o.index)
     work.sampling_seconds = time.monotonic() - started
     return work
+
+
+def _check_signal(run: _Run, step: int, work: _StepWork) -> None:
+    """Stop a run that has trained on nothing for `max_steps_without_signal` steps in a row."""
+    advantages = [loss_input(d, "advantages") for m in work.minibatches for d in m.batch.data_D]
+    if any(np.any(np.asarray(a) != 0) for a in advantages):
+        run.steps_without_signal = 0
+        return
+    run.steps_without_signal += 1
+    limit = run.config.max_steps_without_signal
+    usable = _usable_groups(work.outcomes)
+    failed = sum(o.error is not None for o in work.outcomes)
+    why = (f"{len(work.outcomes)} groups: {failed} failed, {len(work.outcomes) - failed - len(usable)} had non-finite "
+           f"rewards, {len(usable)} had rewards all equal within the group (advantages 0)")
+    logger.warning("Step %d trained on nothing (%s).", step, why)
+    if limit and run.steps_without_signal >= limit:
+        raise RolloutError(
+            f"{run.steps_without_signal} steps in a row trained on nothing (last, step {step}: {why}), so the run "
+            "stops (max_steps_without_signal). If every group's rewards are equal, the task is too hard or too easy "
+            "for the model at this group_size, or the reward function ignores the answer.",
+            env_name=type(work.outcomes[0].builder).__name__ if work.outcomes else "?", error_type="NoSignal")
 
 
 def _usable_groups(outcomes: list[GroupOutcome]) -> list[GroupOutcome]:
@@ -405,6 +447,13 @@ def _rollout_metrics(run: _Run, step: int, outcomes: list[GroupOutcome]) -> dict
         for o in nonfinite:
             logger.warning("Step %d: a group of %s has non-finite rewards %s; it is not trained on.", step,
                            type(o.builder).__name__, o.group.get_total_rewards() if o.group else None)
+        if not usable:
+            raise RolloutError(
+                f"Every group of step {step} was dropped ({len(nonfinite)} with non-finite rewards, {len(errors)} "
+                f"failed), so nothing could be trained; the first non-finite rewards, from "
+                f"{type(nonfinite[0].builder).__name__}: {nonfinite[0].group.get_total_rewards() if nonfinite[0].group else None}. "
+                "Check the env's reward function.", env_name=type(nonfinite[0].builder).__name__,
+                error_type="NonfiniteReward")
     if usable:
         groups = [o.group for o in usable if o.group is not None]
         metrics.update(compute_trajectory_metrics(groups, [o.tags for o in usable]))

@@ -69,9 +69,19 @@ class Config:
         output = Path(self.output_file).expanduser()
         return output.with_name(f"{output.stem}_summary.json")
 
+    @chz.validate
+    def _check(self) -> None:
+        if self.heldout_every < 2:
+            raise ConfigurationError(f"heldout_every must be >= 2 (every n-th sentence of each label is held out), "
+                                     f"got {self.heldout_every}.")
+
     def check_outputs(self) -> None:
-        """Stop before any work when an output exists (unless `overwrite`) or cannot be written."""
+        """Stop before any work when an output exists (unless `overwrite`), is a folder, or cannot be written."""
         outputs = [Path(self.output_file).expanduser(), Path(self.resolved_heldout_file).expanduser(), self.summary_file]
+        folders = [str(path) for path in outputs if path.is_dir()]
+        if folders:
+            raise ConfigurationError(f"{', '.join(folders)} is a folder; output_file and heldout_file name files "
+                                     "(e.g. output_file=data/lang.jsonl).")
         existing = [str(path) for path in outputs if path.exists()]
         if existing and not self.overwrite:
             raise ConfigurationError(f"{', '.join(existing)} already exist(s); pass overwrite=true to replace them, "
@@ -107,6 +117,11 @@ def main(config: Config) -> dict[str, float]:
     """Label every sentence with the teacher, write both files, return the teacher's accuracy."""
     config.check_outputs()
     train, heldout = split_heldout(load_sentences(config.sentences_file), config.heldout_every)
+    if not train or not heldout:
+        raise ConfigurationError(
+            f"{config.sentences_file} splits into {len(train)} training and {len(heldout)} held-out sentences "
+            f"(heldout_every={config.heldout_every} holds out every n-th sentence of each label); both need at least "
+            "one: add sentences or lower heldout_every.")
     renderer = get_renderer(resolve_renderer_name(config.model_name, config.renderer_name),
                             get_tokenizer(config.model_name))
     teacher = make_service_client(config.backend).create_sampling_client(base_model=config.model_name)

@@ -14,6 +14,7 @@ so the student learns to answer "de" to a German sentence with no prompt at all;
 reads its answers.
 """
 
+import logging
 import re
 from collections import defaultdict
 from collections.abc import Sequence
@@ -23,6 +24,8 @@ from pathlib import Path
 from recipes_lib.exceptions import ConfigurationError, DataFormatError
 from recipes_lib.jsonl import read_jsonl
 from renderers import Message
+
+logger = logging.getLogger(__name__)
 
 LABELS = ("ar", "de", "el", "en", "es", "fr", "hi", "ru", "tr", "ur", "vi", "zh", "ot")
 SENTENCES_FILE = Path(__file__).with_name("sentences.jsonl")
@@ -54,11 +57,14 @@ class Sentence:
 
 
 def load_sentences(path: str | Path = SENTENCES_FILE) -> list[Sentence]:
-    """Every row of a sentences JSONL file; a DataFormatError names the file and line of a bad row."""
+    """Every distinct row of a sentences JSONL file (a repeated text is dropped, with a warning naming
+    its line); a DataFormatError names the file and line of a bad row, or says the file is empty."""
     if not Path(path).is_file():
         raise ConfigurationError(f"Sentences file {path} does not exist; expected a JSONL file of "
                                  '{"text", "label"} objects.')
     sentences = []
+    first_line: dict[str, int] = {}
+    repeated: list[tuple[int, int]] = []
     for number, row in read_jsonl(path):
         try:
             sentence = Sentence(text=row["text"], label=row["label"], kind=row.get("kind", "sentence"))
@@ -67,7 +73,17 @@ def load_sentences(path: str | Path = SENTENCES_FILE) -> list[Sentence]:
                                   f"(missing {exc}).") from None
         if sentence.label not in LABELS or not isinstance(sentence.text, str) or not sentence.text.strip():
             raise DataFormatError(f"{path} line {number}: label must be one of {list(LABELS)} and text non-empty.")
+        if sentence.text in first_line:
+            repeated.append((number, first_line[sentence.text]))
+            continue
+        first_line[sentence.text] = number
         sentences.append(sentence)
+    if not sentences:
+        raise DataFormatError(f"{path} holds no sentences; expected one {{\"text\", \"label\"}} object per line.")
+    if repeated:
+        shown = ", ".join(f"line {n} (= line {first})" for n, first in repeated[:5])
+        logger.warning("%s: %d repeated sentence(s) dropped, so that none is both trained on and held out: %s%s",
+                       path, len(repeated), shown, " ..." if len(repeated) > 5 else "")
     return sentences
 
 

@@ -19,7 +19,7 @@ def make_service_client(config: BackendConfig | None = None) -> ServiceClient:
     if config.kind == "tinker":
         from recipes_lib.backends.hosted import make_hosted_service_client
 
-        return make_hosted_service_client(config.base_url, config.api_key)
+        return make_hosted_service_client(config.base_url, config.api_key, config.unreachable_timeout_s)
     from recipes_lib.backends.local.clients import ServiceClient as LocalServiceClient
 
     return LocalServiceClient(precision=config.precision, device=config.device)

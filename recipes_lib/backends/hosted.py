@@ -1,18 +1,42 @@
-"""The hosted Tinker API: the official SDK's `ServiceClient`, passed through unchanged."""
+"""The hosted Tinker API: the official SDK's `ServiceClient`, passed through unchanged.
 
+The SDK retries a server that has gone away for as long as it is asked to wait, printing heartbeat
+warnings, so a run whose server died would hang. While a client made here lives, a thread watches
+the server's address: when connections are refused `REFUSED_PROBES` times in a row (the server's
+process is gone, its port closed: seconds), or nothing answers for `unreachable_timeout_s`, the
+server counts as gone. Inside `server_gone_raises` (every recipe's entry point) that raises
+`BackendUnavailable` on the main thread, naming the URL, so the run stops with one message; what
+it wrote is kept, and it resumes once the server is back.
+"""
+
+import contextlib
+import errno
+import logging
 import os
+import signal
 import socket
 import threading
+import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 import tinker
 from tinker.lib.base_url import resolve_base_url
 
-from recipes_lib.exceptions import ConfigurationError
+from recipes_lib.exceptions import BackendUnavailable, ConfigurationError
+
+logger = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 5.0  # a reachable API answers a TCP connect in well under a second
+PROBE_INTERVAL_S = 2.0  # how often the watch connects to the server
+REFUSED_PROBES = 3  # refused connections in a row after which the server is gone
+UNREACHABLE_TIMEOUT_S = 300.0  # the default wait for a server that neither answers nor refuses
+WATCH_SIGNAL = signal.SIGUSR1
+_gone: list[str] = []  # why the watched server counts as gone (set once, by the watch)
+_watched: set[str] = set()
 
 
 def has_credentials(api_key: str | None) -> bool:
@@ -22,19 +46,77 @@ def has_credentials(api_key: str | None) -> bool:
     return (Path.home() / ".tinker" / "credentials.json").exists()
 
 
-def make_hosted_service_client(base_url: str | None, api_key: str | None) -> tinker.ServiceClient:
-    """The SDK client; fails at once (not at the first request) without an API key or a reachable API."""
+def make_hosted_service_client(base_url: str | None, api_key: str | None,
+                               unreachable_timeout_s: float = UNREACHABLE_TIMEOUT_S) -> tinker.ServiceClient:
+    """The SDK client; fails at once (not at the first request) without an API key or a reachable
+    API, and starts the watch on the server (see the module docstring)."""
     if not has_credentials(api_key):
         raise ConfigurationError(
             "backend=tinker needs a Tinker API key: export TINKER_API_KEY=tml-... (or run `tinker auth login`). "
             "Use backend=local to run on this machine with the embedded engine."
         )
-    _check_reachable(resolve_base_url(base_url), CONNECT_TIMEOUT_S)
+    url = resolve_base_url(base_url)
+    address = _check_reachable(url, CONNECT_TIMEOUT_S)
+    if url not in _watched:
+        _watched.add(url)
+        threading.Thread(target=_watch, args=(url, address, unreachable_timeout_s), name="tinker-server-watch",
+                         daemon=True).start()
     return tinker.ServiceClient(base_url=base_url, api_key=api_key)
 
 
-def _check_reachable(url: str, timeout_s: float) -> None:
-    """Fail within `timeout_s`, naming the URL, when no TCP connection opens to the API (or its proxy).
+@contextlib.contextmanager
+def server_gone_raises() -> Iterator[None]:
+    """Within the block, a watched server that goes away raises `BackendUnavailable` on the main
+    thread (wherever it waits). Elsewhere than on the main thread this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(WATCH_SIGNAL, _raise_gone)
+    try:
+        yield
+    finally:
+        signal.signal(WATCH_SIGNAL, previous)
+
+
+def _raise_gone(signum: int, frame: FrameType | None) -> None:
+    raise BackendUnavailable(_gone[0] if _gone else "The Tinker server stopped answering.")
+
+
+def _watch(url: str, address: tuple[str, int], unreachable_timeout_s: float) -> None:
+    refused, answered = 0, time.monotonic()
+    while True:
+        time.sleep(PROBE_INTERVAL_S)
+        error = _connect_failure(address, PROBE_INTERVAL_S)
+        if error is None:
+            refused, answered = 0, time.monotonic()
+            continue
+        refused = refused + 1 if isinstance(error, ConnectionRefusedError) else 0
+        silent = time.monotonic() - answered
+        if refused >= REFUSED_PROBES or silent >= unreachable_timeout_s:
+            how = (f"connections to {address[0]}:{address[1]} are refused (its process is gone)" if refused
+                   else f"nothing has answered at {address[0]}:{address[1]} for {silent:.0f} s ({error})")
+            _gone.append(f"The Tinker server at {url} stopped answering: {how}. What the run wrote so far is kept; "
+                         "start the server again to continue.")
+            break
+    if signal.getsignal(WATCH_SIGNAL) is _raise_gone:
+        signal.pthread_kill(threading.main_thread().ident or 0, WATCH_SIGNAL)
+    else:
+        logger.error("%s", _gone[0])
+
+
+def _connect_failure(address: tuple[str, int], timeout_s: float) -> OSError | None:
+    try:
+        socket.create_connection(address, timeout=timeout_s).close()
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ECONNREFUSED and not isinstance(exc, ConnectionRefusedError):
+            return ConnectionRefusedError(exc.errno, exc.strerror)
+        return exc
+
+
+def _check_reachable(url: str, timeout_s: float) -> tuple[str, int]:
+    """Fail within `timeout_s`, naming the URL, when no TCP connection opens to the API (or its proxy);
+    returns the address connected to.
 
     The SDK retries an unreachable server without end and without output, so a run would hang.
     """
@@ -57,6 +139,7 @@ def _check_reachable(url: str, timeout_s: float) -> None:
             "Check the network and TINKER_BASE_URL (or backend.base_url), or use backend=local to run on this "
             "machine."
         )
+    return address
 
 
 def _connect_error(address: tuple[str, int], timeout_s: float) -> str | None:

@@ -30,8 +30,9 @@ def test_dpo_basic_two_steps(tmp_path: Path) -> None:
 
 def test_prompt_distillation_create_data_then_train(tmp_path: Path) -> None:
     sentences = tmp_path / "sentences.jsonl"
-    rows = [("Guten Morgen!", "de"), ("Bonjour !", "fr"), ("Hello there.", "en"), ("Hola, amigo.", "es"),
-            ("print(1)", "ot"), ("Привет!", "ru"), ("你好！", "zh"), ("Merhaba!", "tr")] * 3
+    base = [("Guten Morgen", "de"), ("Bonjour", "fr"), ("Hello there", "en"), ("Hola, amigo", "es"),
+            ("print", "ot"), ("Привет", "ru"), ("你好", "zh"), ("Merhaba", "tr")]
+    rows = [(f"{text} {i}!", label) for i in range(3) for text, label in base]  # distinct: repeats are dropped
     sentences.write_text("".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in rows), encoding="utf-8")
     data = tmp_path / "data" / "lang.jsonl"
     create_data.main(config_from_argv(create_data.build_config(), [

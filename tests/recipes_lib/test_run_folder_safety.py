@@ -20,6 +20,7 @@ from recipes_lib.cli import check_log_dir, config_from_argv, user_errors
 from recipes_lib.exceptions import CheckpointError, ConfigurationError, DataFormatError
 from recipes_lib.jsonl import read_jsonl
 from recipes_lib.logging import read_metrics, truncate_metrics
+from recipes_lib.run_lock import LOCK_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SL = ["model_name=recipes/tiny-llama", "backend.precision=float32", "eval_every=0",
@@ -33,8 +34,8 @@ def test_delete_removes_a_run_folder_and_says_what(tmp_path: Path, capsys: pytes
     for name in ("config.json", "metrics.jsonl", "checkpoints.jsonl"):
         (run / name).write_text("{}\n")
     check_log_dir(run, "delete")
-    assert not run.exists()
-    assert "Deleting the earlier run in" in capsys.readouterr().err
+    assert [entry.name for entry in run.iterdir()] == [LOCK_FILE]  # the new run's lock, held by this process
+    assert "Deleting a run folder" in capsys.readouterr().err
 
 
 def test_delete_accepts_a_pipeline_folder_of_stage_runs(tmp_path: Path) -> None:
@@ -42,7 +43,7 @@ def test_delete_accepts_a_pipeline_folder_of_stage_runs(tmp_path: Path) -> None:
         (tmp_path / "pipe" / stage).mkdir(parents=True)
         (tmp_path / "pipe" / stage / "metrics.jsonl").write_text("{}\n")
     check_log_dir(tmp_path / "pipe", "delete")
-    assert not (tmp_path / "pipe").exists()
+    assert [entry.name for entry in (tmp_path / "pipe").iterdir()] == [LOCK_FILE]
 
 
 @pytest.mark.parametrize("foreign", ["notes.txt", "data/"])

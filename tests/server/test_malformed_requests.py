@@ -198,3 +198,15 @@ def test_an_oversize_chunked_body_is_refused_while_streaming(http: httpx.Client,
     response = http.post("/api/v1/create_session", headers=KEY, content=chunks())
     assert response.status_code == 413 and "larger than" in response.json()["detail"]
     assert http.get("/api/v1/get_server_capabilities", headers=KEY).status_code == 200
+
+
+def test_a_huge_sample_request_is_a_400_and_the_server_keeps_serving(server: ThreadedServer) -> None:
+    """S11 of the second bad-input probe: it used to grow the server until the kernel killed it."""
+    service = tinker.ServiceClient(base_url=server.url, api_key=API_KEY)
+    sampler = service.create_lora_training_client(base_model=MODEL, rank=4).result() \
+        .save_weights_and_get_sampling_client(name="s11")
+    prompt = types.ModelInput.from_ints([1, 2, 3, 4])
+    with pytest.raises(tinker.BadRequestError, match="num_samples must be at most 1024 per request, got 100000"):
+        sampler.sample(prompt, num_samples=100000, sampling_params=types.SamplingParams(max_tokens=1)).result()
+    response = sampler.sample(prompt, num_samples=2, sampling_params=types.SamplingParams(max_tokens=1)).result()
+    assert len(response.sequences) == 2

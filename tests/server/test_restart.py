@@ -1,9 +1,10 @@
 """`kill -9` of the server in the middle of a run, a restart, and the recipe rerun with resume.
 
 The server and the recipe run as separate processes (as a user runs them). Once the run has
-written a checkpoint the server is killed with SIGKILL, and the stuck recipe process with it; a
-new server on the same checkpoint root loads the `tinker://` checkpoint, and the rerun with
-`behavior_if_log_dir_exists=resume` continues from it and finishes with every step logged once.
+written a checkpoint the server is killed with SIGKILL; the recipe stops by itself within seconds
+with one message naming the server and the resume command. A new server on the same checkpoint
+root loads the `tinker://` checkpoint, and the rerun with `behavior_if_log_dir_exists=resume`
+continues from it and finishes with every step logged once.
 """
 
 import os
@@ -66,11 +67,19 @@ def test_kill_9_restart_and_resume(tmp_path: Path) -> None:
         _wait_for_checkpoint(log_path, recipe)
         server.send_signal(signal.SIGKILL)
         server.wait()
+        killed = time.monotonic()
         assert recipe.poll() is None, "the run finished before the server was killed; make it longer"
+        _, stderr = recipe.communicate(timeout=60)  # it stops by itself (the SDK alone would retry for minutes)
+        waited = time.monotonic() - killed
     finally:
         recipe.kill()
         recipe.wait()
         server.kill()
+    assert recipe.returncode == 1 and waited < 30, (recipe.returncode, waited)
+    lines = [line for line in stderr.decode().splitlines() if line.strip()]
+    assert lines[-1].startswith(f"error: The Tinker server at http://127.0.0.1:{port} stopped answering: "
+                                "connections to"), lines[-3:]
+    assert "Traceback" not in stderr.decode() and lines[-1].endswith("behavior_if_log_dir_exists=resume")
     killed_at = [row["step"] for row in read_metrics(log_path)]
     assert killed_at and killed_at[-1] < STEPS - 1
 

@@ -35,26 +35,31 @@ def model_input_tokens(model_input: types.ModelInput, where: str) -> list[int]:
 
 
 def prepare_datums(
-    data: Sequence[types.Datum], required_keys: Sequence[str], vocab_size: int
+    data: Sequence[types.Datum], required_keys: Sequence[str], vocab_size: int, max_context: int | None = None,
 ) -> list[PreparedDatum]:
     """Validate `data` for a loss that reads `required_keys` and convert it to tensors.
 
     Raises:
         DataFormatError: naming the datum index and key for a missing key, a length that differs
-            from the model input's, a non-finite value, or a token id outside the vocabulary.
+            from the model input's, a non-finite value, a token id outside the vocabulary, or more
+            tokens than the model's context (`max_context`) holds.
     """
     if len(data) == 0:
         raise DataFormatError("forward/forward_backward got an empty list of datums; pass at least one.")
-    return [_prepare(i, datum, required_keys, vocab_size) for i, datum in enumerate(data)]
+    return [_prepare(i, datum, required_keys, vocab_size, max_context) for i, datum in enumerate(data)]
 
 
-def _prepare(index: int, datum: types.Datum, required_keys: Sequence[str], vocab_size: int) -> PreparedDatum:
+def _prepare(index: int, datum: types.Datum, required_keys: Sequence[str], vocab_size: int,
+             max_context: int | None) -> PreparedDatum:
     where = f"datum {index}"
     if not isinstance(datum, types.Datum):
         raise DataFormatError(f"{where}: expected tinker.types.Datum, got {type(datum).__name__}.")
     tokens = model_input_tokens(datum.model_input, where)
     if len(tokens) == 0:
         raise DataFormatError(f"{where}: model_input is empty.")
+    if max_context is not None and len(tokens) > max_context:
+        raise DataFormatError(f"{where}: model_input has {len(tokens)} tokens, more than the model's context of "
+                              f"{max_context}; positions past it were never trained, so truncate the datum.")
     missing = [key for key in required_keys if key not in datum.loss_fn_inputs]
     if missing:
         raise DataFormatError(

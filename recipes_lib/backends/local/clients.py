@@ -24,11 +24,13 @@ from tinker import types
 from recipes_lib.backends.local import adapters, storage
 from recipes_lib.backends.local.batch import model_input_tokens, prepare_datums
 from recipes_lib.backends.local.engine import (
+    SAMPLE_MEMORY_SHARE,
     BaseEntry,
     LocalEngine,
     Snapshot,
     available_memory_bytes,
     get_engine,
+    sample_row_bytes,
 )
 from recipes_lib.backends.local.futures import LocalFuture
 from recipes_lib.backends.local.losses import REQUIRED_INPUTS, resolve_config
@@ -74,7 +76,11 @@ class SamplingClient(_SelfFuture):
         tokens = self._checked_prompt(prompt)
         if num_samples < 1:
             raise DataFormatError(f"num_samples must be >= 1, got {num_samples}.")
+        if num_samples > MAX_NUM_SAMPLES:
+            raise DataFormatError(f"num_samples must be at most {MAX_NUM_SAMPLES} per request, got {num_samples}; "
+                                  "send several requests for more.")
         check_sampling_params(sampling_params, self._snapshot.base.vocab_size)
+        _check_row_fits(self._snapshot.base, tokens, sampling_params)
         job = SampleJob(tokens, num_samples, sampling_params, include_prompt_logprobs, topk_prompt_logprobs)
         return self._engine.sample(self._snapshot, job)
 
@@ -156,7 +162,7 @@ class TrainingClient(_SelfFuture):
         loss, summed over datums).
         """
         loss_fn = _as_batch_loss(loss_fn, data)
-        prepared = prepare_datums(data, ("target_tokens",), self._base.vocab_size)
+        prepared = prepare_datums(data, ("target_tokens",), self._base.vocab_size, self._base.max_context)
         return self._engine.call(
             lambda: _output(custom_pass(self._model(), prepared, list(data), loss_fn, self._base.precision,
                                         self._base.pad_id))
@@ -176,7 +182,7 @@ class TrainingClient(_SelfFuture):
         self, data: list[types.Datum], loss_fn: str, loss_fn_config: Mapping[str, float | str] | None, backward: bool
     ) -> LocalFuture[types.ForwardBackwardOutput]:
         config = resolve_config(loss_fn, loss_fn_config)
-        prepared = prepare_datums(data, REQUIRED_INPUTS[loss_fn], self._base.vocab_size)
+        prepared = prepare_datums(data, REQUIRED_INPUTS[loss_fn], self._base.vocab_size, self._base.max_context)
         return self._engine.call(
             lambda: _output(builtin_pass(self._model(), prepared, loss_fn, config, self._base.precision,
                                          self._base.pad_id, backward))
@@ -427,6 +433,25 @@ def _sampling_client_from_path(engine: LocalEngine, model_path: str) -> Sampling
     snapshot = Snapshot(base, adapters.LoraSpec(**meta["lora"]),
                         adapters.load_adapter_weights(folder), model_path)
     return SamplingClient(engine, snapshot, model_path)
+
+
+MAX_NUM_SAMPLES = 1024  # per sample() request (rows beyond the engine's batch size are decoded in parts)
+MIN_FREE_BYTES = 2**30  # a row needing less than half of this is never refused
+
+
+def _check_row_fits(base: BaseEntry, prompt: list[int], params: types.SamplingParams) -> None:
+    """Refuse a sample request one row of which could not fit in free memory at its longest."""
+    needed = sample_row_bytes(base, prompt, params)
+    if needed <= MIN_FREE_BYTES * SAMPLE_MEMORY_SHARE:
+        return  # fits any machine this runs on; no need to read the free memory for every request
+    available = available_memory_bytes(base.precision.device)
+    if available is None or needed <= available * SAMPLE_MEMORY_SHARE:
+        return
+    raise DataFormatError(
+        f"A sample of up to {len(prompt)} + {params.max_tokens or 'context'} tokens from {base.name} needs about "
+        f"{needed / 2**30:.1f} GiB (its KV cache), more than half of the {available / 2**30:.1f} GiB free on "
+        f"{base.precision.device}; lower SamplingParams.max_tokens."
+    )
 
 
 # fp32 weights, their gradients, Adam's two moments and one snapshot for a sampling client.

@@ -10,6 +10,7 @@ snapshots are immutable, so they may run ahead of queued training requests).
 """
 
 import atexit
+import dataclasses
 import logging
 import threading
 import time
@@ -36,7 +37,7 @@ from recipes_lib.backends.local.logits import check_output_head
 from recipes_lib.backends.local.memory import bound_kernel_caches, return_freed_memory
 from recipes_lib.backends.local.models import load_base_model, own_weights, weights_label
 from recipes_lib.backends.local.precision import DeviceName, Precision, PrecisionName, resolve_precision
-from recipes_lib.backends.local.sampler import SampleJob, SamplerModel, generate, score
+from recipes_lib.backends.local.sampler import SampleJob, SamplerModel, generate, row_bytes, score
 from recipes_lib.tokenizers import get_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ T = TypeVar("T")
 COALESCE_QUIET_S = 0.003  # wait this long for more concurrent sample requests ...
 COALESCE_MAX_S = 0.03  # ... but never longer than this in total
 MAX_SAMPLE_ROWS = {"cpu": 64, "cuda": 512}
+SAMPLE_MEMORY_SHARE = 0.5  # of the free memory, the most a batch of sampled rows may take at its longest
 
 
 @dataclass
@@ -315,27 +317,49 @@ class LocalEngine:
     def _run_samples(self, items: list[_Generation]) -> None:
         base = items[0].snapshot.base
         tokenizer = get_tokenizer(base.name)
+        jobs = [item.job for item in items if item.job is not None]
+        rows_of: list[list[Any]] = [[] for _ in jobs]
+        for batch in _batches(jobs, self._row_limit(base, jobs)):
+            rows_per_part = generate(base.sampler, [part for _, part in batch], tokenizer, base.max_context,
+                                     self._stopped)
+            for (index, _), rows in zip(batch, rows_per_part, strict=True):
+                rows_of[index].extend(rows)
+        extras = _prompt_logprobs(base, jobs, self.precision)
+        for item, rows, extra in zip(items, rows_of, extras, strict=True):
+            item.future.set_result(_response(rows, extra))
+
+    def _row_limit(self, base: BaseEntry, jobs: list[SampleJob]) -> int:
+        """Rows decoded at once: the device's batch size, fewer where the longest row the jobs allow
+        would not fit `SAMPLE_MEMORY_SHARE` of the free memory that many times over."""
         limit = MAX_SAMPLE_ROWS.get(self.precision.device.type, 64)
-        for chunk in _chunks_by_rows(items, limit):
-            jobs = [item.job for item in chunk if item.job is not None]
-            rows_per_job = generate(base.sampler, jobs, tokenizer, base.max_context,
-                                    self._stopped)
-            extras = _prompt_logprobs(base, jobs, self.precision)
-            for item, rows, extra in zip(chunk, rows_per_job, extras):
-                item.future.set_result(_response(rows, extra))
+        available = available_memory_bytes(self.precision.device)
+        if available is None:
+            return limit
+        longest = max(sample_row_bytes(base, job.prompt, job.params) for job in jobs)
+        return max(1, min(limit, int(available * SAMPLE_MEMORY_SHARE) // longest))
 
 
-def _chunks_by_rows(items: list[_Generation], limit: int) -> list[list[_Generation]]:
-    chunks: list[list[_Generation]] = [[]]
+def sample_row_bytes(base: BaseEntry, prompt: list[int], params: types.SamplingParams) -> int:
+    """The most memory one row of a sample request can hold (`sampler.row_bytes`), at its longest."""
+    tokens = base.max_context if params.max_tokens is None else min(base.max_context, len(prompt) + params.max_tokens)
+    return row_bytes(base.sampler.model, base.precision.sampler_dtype, tokens)
+
+
+def _batches(jobs: list[SampleJob], limit: int) -> list[list[tuple[int, SampleJob]]]:
+    """The jobs' samples in batches of at most `limit` rows, as (job index, part) pairs: a job with
+    more samples is split into parts, which keep their samples' indices (so seeds give the same rows)."""
+    batches: list[list[tuple[int, SampleJob]]] = [[]]
     rows = 0
-    for item in items:
-        n = item.job.num_samples if item.job is not None else 0
-        if chunks[-1] and rows + n > limit:
-            chunks.append([])
-            rows = 0
-        chunks[-1].append(item)
-        rows += n
-    return chunks
+    for index, job in enumerate(jobs):
+        done = 0
+        while done < job.num_samples:
+            if rows == limit:
+                batches.append([])
+                rows = 0
+            count = min(job.num_samples - done, limit - rows)
+            batches[-1].append((index, dataclasses.replace(job, num_samples=count, first_sample=done)))
+            rows, done = rows + count, done + count
+    return batches
 
 
 def _prompt_logprobs(base: BaseEntry, jobs: list[SampleJob], precision: Precision) -> list[Any]:

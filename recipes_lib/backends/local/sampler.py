@@ -33,6 +33,7 @@ from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
 from torch import nn
 from transformers import PreTrainedModel
 
+from recipes_lib.backends.local.attention import attention_dtype
 from recipes_lib.backends.local.batch import micro_batches, pad_left_tokens, pad_right_tokens
 from recipes_lib.backends.local.decoder import FusedDecoder
 from recipes_lib.backends.local.decoder import supports as decoder_supports
@@ -123,6 +124,7 @@ class SampleJob:
     params: types.SamplingParams
     include_prompt_logprobs: bool = False
     topk_prompt_logprobs: int = 0
+    first_sample: int = 0  # the index of this job's first sample in its request (a request split in parts)
 
 
 @dataclass
@@ -142,6 +144,22 @@ class _Row:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     stop_reason: str | None = None
+
+
+# Per decoded row and step, fp32 vocabulary-sized tensors alive at once: the logits, their
+# tempered log-softmax, the probabilities and their cumulative sum.
+VOCAB_TENSORS_PER_ROW = 4
+
+
+def row_bytes(model: Any, dtype: torch.dtype, tokens: int) -> int:
+    """The most memory one sampled row of `tokens` tokens (prompt and new ones) can hold: its share
+    of the KV cache (in the dtype attention reads it in) and its step's vocabulary-sized tensors."""
+    config = model.config
+    layers, kv_heads = int(config.num_hidden_layers), int(getattr(config, "num_key_value_heads", None)
+                                                           or config.num_attention_heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+    cache_item = torch.empty((), dtype=attention_dtype(dtype)).element_size()
+    return layers * 2 * kv_heads * head_dim * cache_item * tokens + VOCAB_TENSORS_PER_ROW * 4 * int(config.vocab_size)
 
 
 def stop_condition(stop: str | Sequence[str] | Sequence[int] | None) -> tuple[frozenset[int], tuple[str, ...]]:
@@ -199,7 +217,7 @@ def generate(
     model, precision = sampler.model, sampler.precision
     prompts = sorted({tuple(job.prompt) for job in jobs})
     prompt_index = {p: i for i, p in enumerate(prompts)}
-    rows = [_make_row(j, s, prompt_index[tuple(job.prompt)], job, max_context, precision)
+    rows = [_make_row(j, job.first_sample + s, prompt_index[tuple(job.prompt)], job, max_context, precision)
             for j, job in enumerate(jobs) for s in range(job.num_samples)]
     with torch.inference_mode():
         cache, logits_P_V, mask_P_L = _prefill(model, prompts, precision, plain_head=sampler.decoder is not None)
