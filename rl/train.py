@@ -448,12 +448,12 @@ def _rollout_metrics(run: _Run, step: int, outcomes: list[GroupOutcome]) -> dict
             logger.warning("Step %d: a group of %s has non-finite rewards %s; it is not trained on.", step,
                            type(o.builder).__name__, o.group.get_total_rewards() if o.group else None)
         if not usable:
+            name, first = type(nonfinite[0].builder).__name__, nonfinite[0].group
             raise RolloutError(
                 f"Every group of step {step} was dropped ({len(nonfinite)} with non-finite rewards, {len(errors)} "
-                f"failed), so nothing could be trained; the first non-finite rewards, from "
-                f"{type(nonfinite[0].builder).__name__}: {nonfinite[0].group.get_total_rewards() if nonfinite[0].group else None}. "
-                "Check the env's reward function.", env_name=type(nonfinite[0].builder).__name__,
-                error_type="NonfiniteReward")
+                f"failed), so nothing could be trained; the first non-finite rewards, from {name}: "
+                f"{first.get_total_rewards() if first else None}. Check the env's reward function.",
+                env_name=name, error_type="NonfiniteReward")
     if usable:
         groups = [o.group for o in usable if o.group is not None]
         metrics.update(compute_trajectory_metrics(groups, [o.tags for o in usable]))

@@ -10,6 +10,7 @@ tests/server/test_restart.py.
 """
 
 import asyncio
+import io
 import json
 import logging
 import os
@@ -27,8 +28,9 @@ from tinker import types
 from preference.data import PreferencePairDataset
 from preference.types import Comparison, LabeledComparison
 from recipes.prompt_distillation import create_data
+from recipes_lib import export
 from recipes_lib.checkpoints import CHECKPOINTS_FILE, load_checkpoints, save_checkpoint
-from recipes_lib.cli import check_log_dir, config_from_argv
+from recipes_lib.cli import check_log_dir, config_from_argv, run_recipe
 from recipes_lib.config import BackendConfig
 from recipes_lib.exceptions import ConfigurationError, DataFormatError
 from recipes_lib.logging import read_metrics
@@ -67,9 +69,19 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory, service_client) -> Path
 
 
 def _export(*argv: str, cwd: Path, home: Path | None = None) -> subprocess.CompletedProcess[str]:
-    extra = {"HOME": str(home)} if home is not None else {}
-    return subprocess.run([sys.executable, "-m", "recipes_lib.export", *argv], cwd=cwd, capture_output=True,
-                          text=True, timeout=120, env=_env(**extra))
+    """`python -m recipes_lib.export ...` run in `cwd` (with `HOME=home`), in this process: exit code and stderr."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        if home is not None:
+            patch.setenv("HOME", str(home))
+        stderr = io.StringIO()
+        patch.setattr(sys, "stderr", stderr)
+        try:
+            run_recipe(export.main, chz.Blueprint(export.Config), list(argv))
+            code = 0
+        except SystemExit as exited:
+            code = int(exited.code or 0)
+    return subprocess.CompletedProcess(argv, code, "", stderr.getvalue())
 
 
 # --- X8 / X9 / X4 / X10 / X1: export never deletes what is not an earlier export ----------------------------
@@ -163,42 +175,57 @@ def test_the_guard_refuses_every_folder_that_is_not_ours(target: str, tmp_path: 
 
 
 # --- L24: one run per folder ----------------------------------------------------------------------------------
-SLOW_SL = ["model_name=recipes/tiny-llama", "backend.precision=float32", "eval_every=0", "save_every=2",
-           "dataset.num_train=3000", "dataset.num_heldout=2", "dataset.common_config.batch_size=2"]
+TINY_SL = ["model_name=recipes/tiny-llama", "backend.precision=float32", "eval_every=0", "save_every=2",
+           "dataset.num_train=20", "dataset.num_heldout=2", "dataset.common_config.batch_size=2"]
+HOLDER = """
+import sys, time
+from recipes_lib.run_lock import lock_run_folder
+lock_run_folder(sys.argv[1])
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def _sl(*argv: str) -> tuple[int, str]:
+    """`python -m recipes.sl_basic ...` in this process: exit code and stderr."""
+    from recipes import sl_basic
+
+    with pytest.MonkeyPatch.context() as patch:
+        stderr = io.StringIO()
+        patch.setattr(sys, "stderr", stderr)
+        try:
+            run_recipe(sl_basic.main, sl_basic.build_config(), [*TINY_SL, *argv])
+            return 0, stderr.getvalue()
+        except SystemExit as exited:
+            return int(exited.code or 0), stderr.getvalue()
 
 
 def test_l24_a_second_run_on_a_busy_folder_stops_at_once_and_touches_nothing(tmp_path: Path) -> None:
     run = tmp_path / "conc"
-    first = subprocess.Popen([sys.executable, "-m", "recipes.sl_basic", *SLOW_SL, f"log_path={run}"], cwd=tmp_path,
-                             env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    code, err = _sl(f"log_path={run}", "max_steps=2")
+    assert code == 0, err
+    release_run_folder(run)  # as the end of its process would
+    before = _tree(run)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run)], env=_env(), stdout=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
-        while not (run / CHECKPOINTS_FILE).exists() or not load_checkpoints(run):
-            assert time.monotonic() < deadline and first.poll() is None, first.stderr.read() if first.stderr else ""
-            time.sleep(0.1)
-        first.send_signal(signal.SIGSTOP)  # hold it still while the second run tries
-        before = _tree(run)
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
         for behavior in ("delete", "resume"):
-            second = subprocess.run([sys.executable, "-m", "recipes.sl_basic", *SLOW_SL, f"log_path={run}",
-                                     f"behavior_if_log_dir_exists={behavior}"], cwd=tmp_path, env=_env(),
-                                    capture_output=True, text=True, timeout=120)
-            assert second.returncode == 1, second.stderr
-            assert f"log_path={run} is in use by another run (PID {first.pid}:" in second.stderr, second.stderr
-            assert _tree(run) == before
-        first.send_signal(signal.SIGCONT)
-        first.send_signal(signal.SIGKILL)  # a killed run leaves no lock behind
-        first.wait()
-        rerun = subprocess.run([sys.executable, "-m", "recipes.sl_basic", *SLOW_SL, "dataset.num_train=20",
-                                f"log_path={run}", "behavior_if_log_dir_exists=delete"], cwd=tmp_path, env=_env(),
-                               capture_output=True, text=True, timeout=240)
-        assert rerun.returncode == 0, rerun.stderr[-2000:]
+            code, err = _sl(f"log_path={run}", "max_steps=4", f"behavior_if_log_dir_exists={behavior}")
+            assert code == 1 and err.startswith(f"error: log_path={run} is in use by another run (PID {holder.pid}:"), err
+            assert {k: v for k, v in _tree(run).items() if k != LOCK_FILE} == before
+        holder.send_signal(signal.SIGKILL)  # a killed run leaves no lock behind, only its file
+        holder.wait()
+        assert (run / LOCK_FILE).exists()
+        code, err = _sl(f"log_path={run}", "max_steps=4", "behavior_if_log_dir_exists=resume")
+        assert code == 0, err
     finally:
-        first.kill()
-        first.wait()
-    runs = {record.state_path.split("/")[2] for record in load_checkpoints(run) if record.state_path}
-    assert len(runs) == 1  # one run's checkpoints, not two interleaved
-    assert [row["step"] for row in read_metrics(run)] == list(range(10))
-    assert not (run / LOCK_FILE).exists()  # released at exit
+        holder.kill()
+        holder.wait()
+    release_run_folder(run)
+    batches = [record.batch for record in load_checkpoints(run)]
+    assert batches == sorted(batches) and batches[-1] == 4  # one run's checkpoints, in order, not two interleaved
+    assert [row["step"] for row in read_metrics(run)] == [0, 1, 2, 3]
+    assert not (run / LOCK_FILE).exists()
 
 
 def test_the_lock_is_reentrant_in_one_process_and_a_refused_run_leaves_no_folder(tmp_path: Path) -> None:
@@ -214,9 +241,9 @@ def test_e7_an_empty_recipes_home_is_an_error(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("RECIPES_HOME", "")
     with pytest.raises(ConfigurationError, match="RECIPES_HOME is set but empty"):
         recipes_home_path()
-    result = subprocess.run([sys.executable, "-m", "recipes.sl_basic", *SLOW_SL, f"log_path={tmp_path / 'r'}"],
-                            cwd=tmp_path, env=_env(RECIPES_HOME=""), capture_output=True, text=True, timeout=120)
-    assert result.returncode == 1 and result.stderr.startswith("error: RECIPES_HOME is set but empty"), result.stderr
+    monkeypatch.chdir(tmp_path)
+    code, err = _sl(f"log_path={tmp_path / 'r'}")
+    assert code == 1 and err.startswith("error: RECIPES_HOME is set but empty"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no checkpoints/ or tokenizers/ in the working directory
 
 
@@ -332,13 +359,16 @@ def test_r5_r6_y12_a_dataset_of_nothing_is_refused_before_work(tmp_path: Path, b
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
-def test_r6_rl_basic_with_batch_size_zero_exits_1_with_one_line(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "recipes.rl_basic", "model_name=recipes/tiny-llama",
-                             "env.batch_size=0", "env.group_size=2", "max_tokens=2", f"log_path={tmp_path / 'r'}"],
-                            cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
-    assert result.returncode in (1, 2) and result.stderr.startswith("error: "), result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and "batch" in result.stderr
-    assert not (tmp_path / "r").exists()
+def test_r6_rl_basic_with_batch_size_zero_exits_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from recipes import rl_basic
+
+    with pytest.raises(SystemExit) as exited:
+        run_recipe(rl_basic.main, rl_basic.build_config(), [
+            "model_name=recipes/tiny-llama", "env.batch_size=0", "env.group_size=2", "max_tokens=2",
+            f"log_path={tmp_path / 'r'}"])
+    err = capsys.readouterr().err
+    assert exited.value.code in (1, 2) and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "batch" in err and not (tmp_path / "r").exists()
 
 
 def test_y6_every_reward_nan_stops_after_the_first_step(tmp_path: Path) -> None:
@@ -426,10 +456,14 @@ def test_pd7_an_output_file_that_is_a_folder_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("arg", "says"), [("tasks=", "tasks is empty"), ("limit=-1", "limit=-1"),
                                            ("limit=0", "limit=0"), ("max_tokens=0", "max_tokens=0"),
                                            ("temperature=-1", "temperature=-1")])
-def test_i1_i4_inspect_settings_out_of_range_are_refused(arg: str, says: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "eval.run_inspect_evals", f"model_name={TINY}", "tasks=arithmetic",
-                             arg], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2 and says in result.stderr, result.stderr
+def test_i1_i4_inspect_settings_out_of_range_are_refused(arg: str, says: str,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from eval import run_inspect_evals
+
+    with pytest.raises(SystemExit) as exited:
+        config_from_argv(chz.Blueprint(run_inspect_evals.Config), [f"model_name={TINY}", "tasks=arithmetic", arg])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and says in err, err
 
 
 def test_i4_max_tokens_given_overrides_the_tasks_own(tmp_path: Path, service_client) -> None:  # type: ignore[no-untyped-def]

@@ -7,6 +7,7 @@ project's 2-core machine (`make bench` prints both). Elsewhere bf16 is emulated 
 """
 
 import functools
+import os
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,12 +38,23 @@ class Precision:
         return torch.autocast(device_type=self.device.type, dtype=self.autocast)
 
 
+# oneDNN instruction-set caps (`ONEDNN_MAX_CPU_ISA`) under which it still has bf16 dot products.
+_BF16_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16", "AVX10_1_512",
+              "AVX10_1_512_AMX", "AVX10_1_512_AMX_FP16", "AVX10_2_512", "AVX10_2_512_AMX_2", "DEFAULT", "ALL")
+
+
 @functools.cache
 def cpu_has_native_bf16() -> bool:
-    """True on x86 CPUs that advertise AVX512-BF16 or AMX-BF16 (read from /proc/cpuinfo)."""
+    """True on x86 CPUs that advertise AVX512-BF16 or AMX-BF16 (read from /proc/cpuinfo), unless torch's
+    kernels are held below them (`ATEN_CPU_CAPABILITY`, `ONEDNN_MAX_CPU_ISA`: `make test-isa` runs the
+    code an AVX2 machine runs, and `auto` then picks what it would there)."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
+        return False
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX512", "AVX512_BF16", "AMX"):
+        return False
+    if os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper() not in _BF16_ISAS:
         return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
 

@@ -27,9 +27,9 @@ def test_prompted_teacher_beats_the_bare_model() -> None:
     service_client = ServiceClient(device="cpu")  # the recipe's precision ("auto": bf16 where the CPU has it)
     by_label = defaultdict(list)
     for sentence in load_sentences():
-        if len(by_label[sentence.label]) < 2:
+        if len(by_label[sentence.label]) < 1:
             by_label[sentence.label].append(sentence)
-    sentences = [s for group in by_label.values() for s in group]  # 26: two of each label
+    sentences = [s for group in by_label.values() for s in group]  # 13: one of each label
     renderer = get_renderer("smollm2", get_tokenizer(SMOLLM2_NAME))
     client = service_client.create_sampling_client(base_model=SMOLLM2_NAME)
     teacher = asyncio.run(classify(client, renderer, [teacher_conversation(s.text) for s in sentences],
@@ -37,5 +37,5 @@ def test_prompted_teacher_beats_the_bare_model() -> None:
     bare = asyncio.run(classify(client, renderer, [student_conversation(s.text) for s in sentences], max_tokens=4))
     teacher_accuracy = sum(label == s.label for (_, label), s in zip(teacher, sentences)) / len(sentences)
     bare_accuracy = sum(label == s.label for (_, label), s in zip(bare, sentences)) / len(sentences)
-    assert teacher_accuracy >= 0.5  # measured 0.69-0.75 on such subsets (fp32 and bf16); chance is 1/13
+    assert teacher_accuracy >= 0.5  # measured 0.62-0.77 on such subsets (fp32 and bf16); chance is 1/13
     assert bare_accuracy < 0.2  # without the prompt the model chats instead of answering with a label
