@@ -75,7 +75,8 @@ async def do_single_rollout(policy: TokenCompleter, env: Env, limits: RolloutLim
     if not limits.timeout_s:
         return await _episode(policy, env, limits.max_turns)
     try:
-        return await asyncio.wait_for(_episode(policy, env, limits.max_turns), limits.timeout_s)
+        async with asyncio.timeout(limits.timeout_s):  # in this task (wait_for would add one: other timing)
+            return await _episode(policy, env, limits.max_turns)
     except TimeoutError:
         name = type(env).__name__
         raise RolloutError(f"{name}: the episode ran past rollout_limits.timeout_s={limits.timeout_s:g} s "
