@@ -4,9 +4,11 @@ The SDK retries a server that has gone away for as long as it is asked to wait, 
 warnings, so a run whose server died would hang. While a client made here lives, a thread watches
 the server's address: when connections are refused `REFUSED_PROBES` times in a row (the server's
 process is gone, its port closed: seconds), or nothing answers for `unreachable_timeout_s`, the
-server counts as gone. Inside `server_gone_raises` (every recipe's entry point) that raises
-`BackendUnavailable` on the main thread, naming the URL, so the run stops with one message; what
-it wrote is kept, and it resumes once the server is back.
+server counts as gone. For a client made inside `server_gone_raises` (every recipe's entry point)
+that raises `BackendUnavailable` on the main thread, naming the URL, so the run stops with one
+message; what it wrote is kept, and it resumes once the server is back. The watch ends with the
+block (or, outside one, with the client), so a server that an earlier run of the same process used
+never stops a later one.
 """
 
 import contextlib
@@ -19,6 +21,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -35,8 +38,49 @@ PROBE_INTERVAL_S = 1.0  # how often the watch connects to the server (a TCP conn
 REFUSED_PROBES = 3  # refused connections in a row after which the server is gone
 UNREACHABLE_TIMEOUT_S = 300.0  # the default wait for a server that neither answers nor refuses
 WATCH_SIGNAL = signal.SIGUSR1
-_gone: list[str] = []  # why the watched server counts as gone (set once, by the watch)
-_watched: set[str] = set()
+
+
+class _Watch:
+    """Connects to one client's server every `PROBE_INTERVAL_S` until the server counts as gone, the
+    client is garbage-collected, or the run that made it ends."""
+
+    def __init__(self, client: tinker.ServiceClient, url: str, address: tuple[str, int],
+                 unreachable_timeout_s: float, armed: bool) -> None:
+        self.url, self.address, self.unreachable_timeout_s = url, address, unreachable_timeout_s
+        self.armed = armed  # made inside `server_gone_raises`: its server's going stops that run
+        self.stopped = threading.Event()
+        self.reason: str | None = None
+        self._client = weakref.ref(client)
+        threading.Thread(target=self._run, name="tinker-server-watch", daemon=True).start()
+
+    def _run(self) -> None:
+        refused, answered = 0, time.monotonic()
+        while not self.stopped.wait(PROBE_INTERVAL_S) and self._client() is not None:
+            error = _connect_failure(self.address, PROBE_INTERVAL_S)
+            if error is None:
+                refused, answered = 0, time.monotonic()
+                continue
+            refused = refused + 1 if isinstance(error, ConnectionRefusedError) else 0
+            silent = time.monotonic() - answered
+            if refused >= REFUSED_PROBES or silent >= self.unreachable_timeout_s:
+                host, port = self.address
+                how = (f"connections to {host}:{port} are refused (its process is gone)" if refused
+                       else f"nothing has answered at {host}:{port} for {silent:.0f} s ({error})")
+                self.reason = (f"The Tinker server at {self.url} stopped answering: {how}. What the run wrote so far "
+                               "is kept; start the server again to continue.")
+                self._report()
+                return
+
+    def _report(self) -> None:
+        with _lock:  # `server_gone_raises` cannot end between the check and the signal
+            if self.armed and not self.stopped.is_set() and _run_watches is not None and self in _run_watches:
+                signal.pthread_kill(threading.main_thread().ident or 0, WATCH_SIGNAL)
+                return
+        logger.error("%s", self.reason)
+
+
+_lock = threading.Lock()
+_run_watches: list[_Watch] | None = None  # the watches of the run inside `server_gone_raises`; None outside
 
 
 def has_credentials(api_key: str | None) -> bool:
@@ -57,51 +101,38 @@ def make_hosted_service_client(base_url: str | None, api_key: str | None,
         )
     url = resolve_base_url(base_url)
     address = _check_reachable(url, CONNECT_TIMEOUT_S)
-    if url not in _watched:
-        _watched.add(url)
-        threading.Thread(target=_watch, args=(url, address, unreachable_timeout_s), name="tinker-server-watch",
-                         daemon=True).start()
-    return tinker.ServiceClient(base_url=base_url, api_key=api_key)
+    client = tinker.ServiceClient(base_url=base_url, api_key=api_key)
+    with _lock:
+        watch = _Watch(client, url, address, unreachable_timeout_s, armed=_run_watches is not None)
+        if _run_watches is not None:
+            _run_watches.append(watch)
+    return client
 
 
 @contextlib.contextmanager
 def server_gone_raises() -> Iterator[None]:
-    """Within the block, a watched server that goes away raises `BackendUnavailable` on the main
-    thread (wherever it waits). Elsewhere than on the main thread this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
+    """Within the block, the server of a client made in it that goes away raises `BackendUnavailable`
+    on the main thread (wherever it waits); clients made before the block, by other runs of the same
+    process, do not. Elsewhere than on the main thread this does nothing."""
+    global _run_watches
+    if threading.current_thread() is not threading.main_thread() or _run_watches is not None:
         yield
         return
     previous = signal.signal(WATCH_SIGNAL, _raise_gone)
+    _run_watches = []
     try:
         yield
     finally:
+        with _lock:
+            for watch in _run_watches:
+                watch.stopped.set()
+            _run_watches = None
         signal.signal(WATCH_SIGNAL, previous)
 
 
 def _raise_gone(signum: int, frame: FrameType | None) -> None:
-    raise BackendUnavailable(_gone[0] if _gone else "The Tinker server stopped answering.")
-
-
-def _watch(url: str, address: tuple[str, int], unreachable_timeout_s: float) -> None:
-    refused, answered = 0, time.monotonic()
-    while True:
-        time.sleep(PROBE_INTERVAL_S)
-        error = _connect_failure(address, PROBE_INTERVAL_S)
-        if error is None:
-            refused, answered = 0, time.monotonic()
-            continue
-        refused = refused + 1 if isinstance(error, ConnectionRefusedError) else 0
-        silent = time.monotonic() - answered
-        if refused >= REFUSED_PROBES or silent >= unreachable_timeout_s:
-            how = (f"connections to {address[0]}:{address[1]} are refused (its process is gone)" if refused
-                   else f"nothing has answered at {address[0]}:{address[1]} for {silent:.0f} s ({error})")
-            _gone.append(f"The Tinker server at {url} stopped answering: {how}. What the run wrote so far is kept; "
-                         "start the server again to continue.")
-            break
-    if signal.getsignal(WATCH_SIGNAL) is _raise_gone:
-        signal.pthread_kill(threading.main_thread().ident or 0, WATCH_SIGNAL)
-    else:
-        logger.error("%s", _gone[0])
+    reasons = [watch.reason for watch in _run_watches or [] if watch.reason]
+    raise BackendUnavailable(reasons[0] if reasons else "The Tinker server stopped answering.")
 
 
 def _connect_failure(address: tuple[str, int], timeout_s: float) -> OSError | None:

@@ -17,11 +17,17 @@ import tinker
 import torch
 from tinker import types
 
+from recipes_lib.backends import hosted
 from recipes_lib.backends.hosted import make_hosted_service_client
 from recipes_lib.backends.local import clients
 from recipes_lib.backends.local.adapters import LoraSpec
 from recipes_lib.backends.local.engine import available_memory_bytes
-from recipes_lib.exceptions import ConfigurationError, DataFormatError, TrainingDivergedError
+from recipes_lib.exceptions import (
+    BackendUnavailable,
+    ConfigurationError,
+    DataFormatError,
+    TrainingDivergedError,
+)
 
 MODEL = "recipes/tiny-llama"
 VOCAB = 49152
@@ -298,6 +304,35 @@ def test_reachable_api_gives_the_sdk_client(fake_key) -> None:  # type: ignore[n
         server.listen(1)
         client = make_hosted_service_client(f"http://127.0.0.1:{server.getsockname()[1]}", None)
     assert isinstance(client, tinker.ServiceClient)
+
+
+def _listening() -> socket.socket:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    return server
+
+
+def _wait_for_refusals() -> None:
+    time.sleep(hosted.PROBE_INTERVAL_S * (hosted.REFUSED_PROBES + 1.5))
+
+
+def test_a_server_gone_stops_only_the_run_that_made_its_client(fake_key) -> None:  # type: ignore[no-untyped-def]
+    """A client made before a run (an earlier run of this process, a notebook cell) whose server then
+    goes away is logged, not raised into the next run; a client made inside the run stops that run."""
+    earlier = _listening()
+    kept = make_hosted_service_client(f"http://127.0.0.1:{earlier.getsockname()[1]}", None)
+    earlier.close()
+    with hosted.server_gone_raises():
+        _wait_for_refusals()  # the earlier client's server is gone by now: nothing is raised here
+    server = _listening()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}"
+    with pytest.raises(BackendUnavailable, match=f"The Tinker server at {url} stopped answering: connections to "):
+        with hosted.server_gone_raises():
+            run_client = make_hosted_service_client(url, None)
+            server.close()
+            _wait_for_refusals()
+    assert kept is not None and run_client is not None
 
 
 # -- prompts, datums and checkpoint paths (A1-A3, A15-A24, A27-A36) ----------------------------------
