@@ -88,15 +88,17 @@ def finish(process: subprocess.Popen[bytes], timeout_s: float = 300) -> None:
 # requests, and which requests share a batch depends on timing; the left padding a batch needs moves
 # a request's tokens in its tensors, which can change its log-probs in the last bits (measured:
 # up to 1e-6 nats on one token of six). Those differences reach these metrics, and through the
-# importance weights the next updates, at that size; sampled tokens, rewards and counts are not
-# affected (a token would flip only if its uniform draw fell within 1e-6 of a CDF boundary).
+# importance weights the next updates, at that size, and they add up over steps (seen under a loaded
+# machine: 2.6e-5 relative in `optim/loss_sum` at step 5, hence 1e-4); sampled tokens, rewards and
+# counts are not affected (a token would flip only if its uniform draw fell within 1e-6 of a CDF
+# boundary).
 LOGPROB_METRICS = frozenset({"optim/kl_sample_train_v1", "optim/kl_sample_train_v2", "optim/entropy",
                              "optim/loss_sum", "kl_policy_base"})
 
 
 def _same(key: str, got: Any, wanted: Any) -> bool:
     if key in LOGPROB_METRICS and isinstance(got, float) and isinstance(wanted, float):
-        return math.isclose(got, wanted, rel_tol=1e-5, abs_tol=1e-6)
+        return math.isclose(got, wanted, rel_tol=1e-4, abs_tol=1e-6)
     return bool(got == wanted)
 
 
@@ -107,7 +109,7 @@ def without_timings(row: dict[str, Any]) -> dict[str, Any]:
 
 def assert_same_metrics(resumed: Path, uninterrupted: Path) -> list[dict[str, Any]]:
     """Every line of the resumed run equals the uninterrupted run's (timings aside; `LOGPROB_METRICS`
-    to 1e-6), each step once."""
+    to 1e-4 relative), each step once."""
     rows, expected = metrics(resumed), metrics(uninterrupted)
     steps = [row["step"] for row in rows]
     assert steps == sorted(set(steps)), f"a step is missing or repeated: {steps}"

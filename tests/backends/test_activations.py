@@ -61,3 +61,22 @@ def test_a_remade_tensor_is_kept_as_its_source_and_the_tensor_itself_is_freed() 
     squared.sum().backward()
     assert len(calls) == 1 and calls[0] is source
     assert torch.equal(source.grad, (2 * source.float()).to(torch.bfloat16))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_forward_never_followed_by_its_backward_frees_every_activation(dtype: torch.dtype) -> None:
+    """No reference cycle through the autograd graph: once the logits go, so does every tensor the
+    forward pass made, though no backward pass ran (a saved op output inside `made_again` kept them)."""
+    model = load_base_model("recipes/tiny-llama").to(dtype).requires_grad_(True)
+    keep_fewer_activations(model)
+    made: list[weakref.ref[torch.Tensor]] = []
+    for module in model.modules():
+        module.register_forward_hook(lambda _m, _i, out: made.extend(
+            weakref.ref(t) for t in (out if isinstance(out, tuple) else (out,)) if isinstance(t, torch.Tensor)))
+    with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+        logits = model(input_ids=torch.tensor([[5, 9, 14, 2, 7]])).logits
+    assert logits.grad_fn is not None and len(made) > 20
+    del logits
+    gc.collect()
+    alive = [ref() for ref in made if ref() is not None]
+    assert not alive, f"{len(alive)} of {len(made)} module outputs outlive the forward, e.g. {tuple(alive[0].shape)}"

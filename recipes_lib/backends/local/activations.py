@@ -49,7 +49,11 @@ def made_again(pairs: Sequence[tuple[torch.Tensor, torch.Tensor, Remake]]) -> It
     """Within the block, an op saving one of the `(tensor, source, remake)` tensors keeps `source`.
 
     `remake(source)` must give `tensor` bit for bit; the backward pass calls it when it needs
-    `tensor`. Every other saved tensor is kept as is.
+    `tensor`. Every other saved tensor is kept as is, as a Python reference: so no op in the block
+    may save its own output (`rsqrt`, `exp`, `sigmoid`, ...). That reference would point from the op's
+    node to a tensor whose `grad_fn` is that node, a cycle through the autograd graph that Python's
+    garbage collector cannot see: a forward pass never followed by its backward would then keep
+    every activation before it alive for good.
     """
 
     targets = list(pairs)
@@ -81,7 +85,10 @@ def _rms_norm_forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
     """The Llama family's RMSNorm (normalised in fp32, scaled in the input's dtype), op for op."""
     x32 = hidden_states.float()
     with made_again([(x32, hidden_states, as_float)]):
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        mean_square = x32.pow(2).mean(-1, keepdim=True)
+    inverse = torch.rsqrt(mean_square + self.variance_epsilon)  # saves its output: outside the hooks
+    with made_again([(x32, hidden_states, as_float)]):
+        normed = x32 * inverse
     return self.weight * normed.to(hidden_states.dtype)
 
 

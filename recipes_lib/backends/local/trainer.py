@@ -115,10 +115,12 @@ def _batch_logprobs(
         if grad_masks is not None:
             wants_grad_B_T[row, : datum.length] = grad_masks[row].to(device)
     valid_B_T = attention_B_T.bool()
-    with precision.context(), torch.set_grad_enabled(grad_masks is not None):
+    grad_sel = valid_B_T & wants_grad_B_T
+    # No graph where no position wants a gradient (a micro-batch whose advantages are all 0): a graph
+    # no backward pass runs through is freed only when its last tensor goes.
+    with precision.context(), torch.set_grad_enabled(bool(grad_sel.any())):
         hidden_U_T_D = decoder(input_ids=tokens_U_T, attention_mask=attention_U_T).last_hidden_state
         hidden_B_T_D = hidden_U_T_D if len(row_of) == len(datums) else hidden_U_T_D[index_B]
-        grad_sel = valid_B_T & wants_grad_B_T
         if grad_of is None:
             selected_N = token_logprobs(lm_head, hidden_B_T_D[grad_sel], targets_B_T[grad_sel])
         else:
