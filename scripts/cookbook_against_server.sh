@@ -9,7 +9,7 @@
 # Hugging Face hub: the loops run with HF_HUB_OFFLINE=1. Not part of `make test` (minutes, and PyPI).
 # Environment: COOKBOOK_VENV (default .venv-cookbook), PORT (default: a free one), SL_ARGS / RL_ARGS
 # (extra key=value for each loop, appended last so they win), PRECISION (server, default float32),
-# LOOPS (default "sl_loop rl_loop").
+# LOOPS (default "sl_loop rl_loop"; also math_rl, guess_number), MATH_RL_ARGS / GUESS_ARGS.
 #
 # What the cookbook needs that this machine does not have, and how it gets it offline:
 # - SmolLM2's tokenizer. The cookbook's get_tokenizer(name) calls AutoTokenizer.from_pretrained(name),
@@ -148,13 +148,22 @@ LOOPS=${LOOPS:-sl_loop rl_loop}
 # shellcheck disable=SC2086
 [[ " $LOOPS " == *" sl_loop "* ]] && run_loop sl_loop model_name="$MODEL" log_path="$WORK/sl_loop" batch_size=16 max_steps=32 \
     learning_rate=1e-3 lora_rank=32 max_length=256 save_every=0 ${SL_ARGS:-}
-# rl_loop: 20 steps of 4 sums x 8 samples each, 24 new tokens at most. Each step trains on at most
-# 32 rollouts of ~165 tokens (the recipe's one-shot prefix is most of them); with 8 x 8 = 64 the
-# server's resident memory passed 22 GB and the kernel killed it on this 24 GB machine. At 1e-3 the
-# reward rose to 0.6 by step 11 and then collapsed; 5e-4 climbs to ~0.8 and stays there, noisily.
+# rl_loop: 20 steps of 8 sums x 8 samples each, 24 new tokens at most: each step trains on 64
+# rollouts of ~165 tokens (the recipe's one-shot prefix is most of them).
 # shellcheck disable=SC2086
-[[ " $LOOPS " == *" rl_loop "* ]] && run_loop rl_loop model_name="$MODEL" log_path="$WORK/rl_loop" batch_size=4 group_size=8 max_tokens=24 \
+[[ " $LOOPS " == *" rl_loop "* ]] && run_loop rl_loop model_name="$MODEL" log_path="$WORK/rl_loop" batch_size=8 group_size=8 max_tokens=24 \
     max_steps=20 learning_rate=5e-4 lora_rank=32 save_every=0 ${RL_ARGS:-}
+# Optional (LOOPS="math_rl guess_number"): the cookbook's math_rl on its arithmetic env at 8 x 8 for
+# 12 steps, then its two-player guess_number (multi-turn, ~1,000-token episodes) at 4 x 4 for 3 steps.
+# shellcheck disable=SC2086
+[[ " $LOOPS " == *" math_rl "* ]] && run_loop math_rl.train model_name="$MODEL" log_path="$WORK/math_rl.train" env=arithmetic \
+    groups_per_batch=8 group_size=8 max_tokens=8 max_steps=12 learning_rate=1e-3 eval_every=0 save_every=0 \
+    behavior_if_log_dir_exists=delete ${MATH_RL_ARGS:-}
+# shellcheck disable=SC2086
+[[ " $LOOPS " == *" guess_number "* ]] && run_loop multiplayer_rl.guess_number.train model_name="$MODEL" \
+    log_path="$WORK/multiplayer_rl.guess_number.train" renderer_name="$RENDERER" batch_size=4 group_size=4 max_steps=3 \
+    eval_every=0 save_every=0 behavior_if_log_dir_exists=delete ${GUESS_ARGS:-}
+log "the server's peak resident memory: $(awk '/VmHWM/ {printf "%.0f MB", $2 / 1024}' /proc/$SERVER_PID/status)"
 
 # 5. First and last metrics of each loop.
 "$CB_PY" - "$WORK" <<'EOF'
@@ -162,7 +171,9 @@ import json, sys
 from pathlib import Path
 
 for name, keys in (("sl_loop", ("train_mean_nll", "train_mean_bpb", "learning_rate", "time_total")),
-                   ("rl_loop", ("reward/total", "time/total"))):
+                   ("rl_loop", ("reward/total", "time/total")),
+                   ("math_rl.train", ("env/all/correct", "env/all/reward/total", "time/total")),
+                   ("multiplayer_rl.guess_number.train", ("env/all/reward/total", "time/total"))):
     path = Path(sys.argv[1]) / name / "metrics.jsonl"
     if not path.exists():
         continue

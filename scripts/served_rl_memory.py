@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/served_rl_memory.py                              # SmolLM2, 12 steps of 8 x 8
     .venv/bin/python scripts/served_rl_memory.py model=recipes/tiny-llama steps=30 groups=4 group_size=4
+    .venv/bin/python scripts/served_rl_memory.py runs=2                       # two users, two sessions at once
 
 Starts `python -m recipes_lib.server` in a subprocess, then does what tinker-cookbook's RL loop does
 each step: a new sampling client from the current weights (`save_weights_and_get_sampling_client`),
@@ -9,7 +10,8 @@ each step: a new sampling client from the current weights (`save_weights_and_get
 flight at once, then one `forward_backward` (importance sampling, advantages centred per group) on
 every rollout, and an `optim_step`. After each step it prints the server's resident set and peak
 (VmRSS, VmHWM from /proc), the step's seconds, and how long a heartbeat-sized request (`/healthz`)
-took while the step ran (the slowest of those polled every 50 ms).
+took while the step ran (the slowest of those polled every 50 ms). With `runs=2` two such loops run
+at once, each in its own session, and each line names its run.
 """
 
 import asyncio
@@ -42,6 +44,7 @@ class Config:
     precision: str = "float32"
     # Extra `key=value` settings for the server, space-separated (e.g. "memory_budget_gb=4").
     server_args: str = ""
+    runs: int = 1  # RL loops at once, each with its own SDK client and session
 
 
 def _status_mb(pid: int) -> tuple[float, float]:
@@ -87,25 +90,49 @@ def _start_server(config: Config, port: int, key: str) -> subprocess.Popen[bytes
 
 async def _rollouts(sampler, prompts: list[list[int]], config: Config):  # type: ignore[no-untyped-def]
     params = types.SamplingParams(max_tokens=config.max_tokens, temperature=1.0)
-    calls = [sampler.sample_async(types.ModelInput.from_ints(p), num_samples=1, sampling_params=params)
+    calls = [sampler.sample(types.ModelInput.from_ints(p), num_samples=1, sampling_params=params)
              for p in prompts for _ in range(config.group_size)]
     return await asyncio.gather(*calls)
 
 
 def _datums(prompts: list[list[int]], responses, group_size: int) -> list[types.Datum]:  # type: ignore[no-untyped-def]
-    """Importance-sampling datums; the reward (a stand-in) is the share of even tokens in the answer."""
+    """Importance-sampling datums, advantages centred per group. The reward is a stand-in: the share
+    of even tokens in the answer, except that every other group gets 1 throughout, as RL batches hold
+    groups that all solved (or all failed) their problem: advantages 0, nothing to train there."""
     data = []
     for g, prompt in enumerate(prompts):
         group = [r.sequences[0] for r in responses[g * group_size:(g + 1) * group_size]]
-        rewards = torch.tensor([sum(t % 2 == 0 for t in s.tokens) / max(len(s.tokens), 1) for s in group])
+        rewards = torch.tensor([1.0 if g % 2 == 0 else sum(t % 2 == 0 for t in s.tokens) / max(len(s.tokens), 1)
+                                for s in group])
         for sequence, advantage in zip(group, (rewards - rewards.mean()).tolist()):
-            tokens = prompt + sequence.tokens
+            tokens = prompt + list(sequence.tokens)
             n, answer = len(prompt) - 1, len(sequence.tokens)
+            logprobs = torch.tensor([0.0] * n + list(sequence.logprobs or [0.0] * answer))
+            advantages = torch.tensor([0.0] * n + [advantage] * answer)
             data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={
-                "target_tokens": tokens[1:],
-                "logprobs": [0.0] * n + list(sequence.logprobs or [0.0] * answer),
-                "advantages": [0.0] * n + [advantage] * answer}))
+                "target_tokens": types.TensorData.from_torch(torch.tensor(tokens[1:])),
+                "logprobs": types.TensorData.from_torch(logprobs),
+                "advantages": types.TensorData.from_torch(advantages)}))
     return data
+
+
+def _run(config: Config, url: str, key: str, name: str, server_pid: int, poll: _LatencyPoll) -> None:
+    service = ServiceClient(base_url=url, api_key=key)
+    trainer = service.create_lora_training_client(base_model=config.model, rank=config.rank).result()
+    generator = torch.Generator().manual_seed(len(name))
+    started = time.perf_counter()
+    for step in range(config.steps):
+        start = time.perf_counter()
+        prompts = [torch.randint(100, 40000, (config.prompt_tokens,), generator=generator).tolist()
+                   for _ in range(config.groups)]
+        sampler = trainer.save_weights_and_get_sampling_client().result()
+        responses = asyncio.run(_rollouts(sampler, prompts, config))
+        trainer.forward_backward(_datums(prompts, responses, config.group_size), "importance_sampling").result()
+        trainer.optim_step(types.AdamParams(learning_rate=1e-4)).result()
+        rss, peak = _status_mb(server_pid)
+        print(f"{name:4s} {step:4d}  {rss:6.0f}  {peak:7.0f}  {time.perf_counter() - start:7.2f}  "
+              f"{poll.slowest():16.3f}", flush=True)
+    print(f"{name}: {config.steps / ((time.perf_counter() - started) / 60):.2f} steps per minute", flush=True)
 
 
 def main(config: Config) -> None:
@@ -113,23 +140,16 @@ def main(config: Config) -> None:
     server = _start_server(config, port, key)
     url = f"http://127.0.0.1:{port}"
     try:
-        service = ServiceClient(base_url=url, api_key=key)
-        trainer = service.create_lora_training_client(base_model=config.model, rank=config.rank).result()
         poll = _LatencyPoll(url)
-        generator = torch.Generator().manual_seed(0)
-        print("step  rss_MB  peak_MB  seconds  slowest_health_s", flush=True)
-        for step in range(config.steps):
-            start = time.perf_counter()
-            prompts = [torch.randint(100, 40000, (config.prompt_tokens,), generator=generator).tolist()
-                       for _ in range(config.groups)]
-            sampler = trainer.save_weights_and_get_sampling_client().result()
-            responses = asyncio.run(_rollouts(sampler, prompts, config))
-            trainer.forward_backward(_datums(prompts, responses, config.group_size), "importance_sampling").result()
-            trainer.optim_step(types.AdamParams(learning_rate=1e-4)).result()
-            rss, peak = _status_mb(server.pid)
-            print(f"{step:4d}  {rss:6.0f}  {peak:7.0f}  {time.perf_counter() - start:7.2f}  {poll.slowest():16.3f}",
-                  flush=True)
+        print("run  step  rss_MB  peak_MB  seconds  slowest_health_s", flush=True)
+        runs = [threading.Thread(target=_run, args=(config, url, key, f"r{i}", server.pid, poll))
+                for i in range(config.runs)]
+        for run in runs:
+            run.start()
+        for run in runs:
+            run.join()
         poll.stop.set()
+        print(f"server peak RSS {_status_mb(server.pid)[1]:.0f} MB", flush=True)
     finally:
         server.terminate()
         server.wait(timeout=60)

@@ -261,12 +261,13 @@ def test_a_request_larger_than_a_batch_is_decoded_in_parts_with_the_same_samples
 
 
 def test_a_sample_whose_kv_cache_cannot_fit_is_refused(service_client, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    from recipes_lib.backends.local import clients
+    from recipes_lib.backends.local import budget, clients
 
     sampler = service_client.create_sampling_client(base_model=TINY)
     monkeypatch.setattr(clients, "MIN_FREE_BYTES", 0)
-    monkeypatch.setattr(clients, "available_memory_bytes", lambda device: 2**20)  # 1 MiB free
-    with pytest.raises(DataFormatError, match=r"needs about .* GiB \(its KV cache\), more than half of the 0\.0 GiB"):
+    monkeypatch.setattr(budget, "available_memory_bytes", lambda device: 2**20)  # 1 MiB free
+    with pytest.raises(DataFormatError, match=r"needs about \d+ MiB \(its KV cache\), more than half of the 1 MiB free "
+                                              r"on cpu; lower SamplingParams.max_tokens"):
         sampler.sample(types.ModelInput.from_ints([5, 6]), 1, types.SamplingParams(max_tokens=2000))
 
 

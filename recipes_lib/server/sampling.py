@@ -48,7 +48,8 @@ def add_routes(app: FastAPI, server: Server) -> None:
             ("record_stability_info", body.record_stability_info)) if value]
         if unsupported:
             raise UserError(400, f"SampleRequest fields {unsupported} are not implemented by this server.")
-        client = _sampling_client(server, body)
+        # A checkpoint path loads its adapter from disk: off the event loop, which must keep answering.
+        client = await asyncio.to_thread(_sampling_client, server, body)
         future = client.sample(body.prompt, body.num_samples, body.sampling_params,
                                include_prompt_logprobs=bool(body.prompt_logprobs),
                                topk_prompt_logprobs=body.topk_prompt_logprobs)

@@ -38,6 +38,17 @@ class ServerConfig:
     checkpoint_root: str | None = None
     # Larger request bodies are refused with 413 (the SDK sends fwd/bwd in chunks of <= 5 MB).
     max_body_bytes: int = 64 * 2**20
+    # The most resident memory the server may use, in GiB; a request that would pass it is refused
+    # with a message saying so. 0: 80 % of this machine's (or container's) memory.
+    memory_budget_gb: float = 0.0
+
+    @chz.validate
+    def _check(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigurationError(f"port must be in 0-65535, got {self.port}.")
+        if not self.memory_budget_gb >= 0:
+            raise ConfigurationError(f"memory_budget_gb must be >= 0 (0: 80 % of this machine's memory), "
+                                     f"got {self.memory_budget_gb}.")
 
 
 def resolve_api_key(config: ServerConfig) -> str:
@@ -56,10 +67,12 @@ def build_app(config: ServerConfig, api_key: str):  # type: ignore[no-untyped-de
     """The FastAPI app for `config` (sets RECIPES_HOME first when `checkpoint_root` is given)."""
     if config.checkpoint_root is not None:
         os.environ["RECIPES_HOME"] = str(Path(config.checkpoint_root).expanduser().resolve())
+    from recipes_lib.backends.local.budget import server_budget
     from recipes_lib.backends.local.clients import ServiceClient
     from recipes_lib.server.app import create_app
 
-    return create_app(ServiceClient(precision=config.precision, device=config.device), api_key, config.max_body_bytes)
+    service = ServiceClient(config.precision, config.device, server_budget(config.memory_budget_gb))
+    return create_app(service, api_key, config.max_body_bytes)
 
 
 def serve(config: ServerConfig) -> None:

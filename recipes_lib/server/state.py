@@ -17,7 +17,9 @@ from recipes_lib.server.messages import UserError
 from recipes_lib.server.registry import Registry, Sampler
 from recipes_lib.tokenizers import get_tokenizer
 
-POLL_WAIT_S = 20.0  # long-poll: retrieve_future waits this long for a result before "try again"
+# Long-poll: retrieve_future waits this long for a result before answering "try again" (the SDK
+# logs a warning for each; it gives the request 45 s).
+POLL_WAIT_S = 35.0
 API_KEY_HEADER = "X-API-Key"
 
 

@@ -19,9 +19,9 @@ from tinker import types
 
 from recipes_lib.backends import hosted
 from recipes_lib.backends.hosted import make_hosted_service_client
-from recipes_lib.backends.local import clients
+from recipes_lib.backends.local import budget
 from recipes_lib.backends.local.adapters import LoraSpec
-from recipes_lib.backends.local.engine import available_memory_bytes
+from recipes_lib.backends.local.budget import available_memory_bytes
 from recipes_lib.exceptions import (
     BackendUnavailable,
     ConfigurationError,
@@ -179,13 +179,13 @@ def test_lora_parameter_count_matches_the_adapter(service_client) -> None:  # ty
 
 @pytest.fixture
 def one_gib_free(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(clients, "available_memory_bytes", lambda device: 2**30)
+    monkeypatch.setattr(budget, "available_memory_bytes", lambda device: 2**30)
 
 
 def test_huge_rank_is_refused_with_the_estimate(service_client, one_gib_free) -> None:  # type: ignore[no-untyped-def]
     # 100,000 * 51,264 weights * 20 bytes = 95.5 GiB; at most 1 GiB / (51,264 * 20 B) = 1,047 ranks fit.
     with pytest.raises(ConfigurationError, match=r"rank-100000 LoRA of recipes/tiny-llama needs about 95\.5 GiB"
-                                                 r".*only 1\.0 GiB is available on cpu.*at most about 1047 fits"):
+                                                 r".*only 1\.0 GiB is free on cpu.*at most about 1047 fits"):
         service_client.create_lora_training_client(MODEL, rank=100_000)
 
 

@@ -19,6 +19,7 @@ these forwards compute what the model's own do, op for op.
 """
 
 import contextlib
+import threading
 import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -44,6 +45,21 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
             and a.stride() == b.stride())
 
 
+_state = threading.local()  # `remaking`: False inside `without_remaking` (this thread)
+
+
+@contextlib.contextmanager
+def without_remaking() -> Iterator[None]:
+    """Within the block `made_again` keeps nothing: for a layer under `torch.utils.checkpoint`, whose
+    own hooks then see (and drop) every saved tensor, and make it again in the backward pass."""
+    before = getattr(_state, "remaking", True)
+    _state.remaking = False
+    try:
+        yield
+    finally:
+        _state.remaking = before
+
+
 @contextlib.contextmanager
 def made_again(pairs: Sequence[tuple[torch.Tensor, torch.Tensor, Remake]]) -> Iterator[None]:
     """Within the block, an op saving one of the `(tensor, source, remake)` tensors keeps `source`.
@@ -56,6 +72,9 @@ def made_again(pairs: Sequence[tuple[torch.Tensor, torch.Tensor, Remake]]) -> It
     every activation before it alive for good.
     """
 
+    if not getattr(_state, "remaking", True):
+        yield
+        return
     targets = list(pairs)
 
     def pack(saved: torch.Tensor) -> Any:

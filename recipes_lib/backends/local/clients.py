@@ -22,13 +22,13 @@ import torch
 from tinker import types
 
 from recipes_lib.backends.local import adapters, storage
-from recipes_lib.backends.local.batch import model_input_tokens, prepare_datums
+from recipes_lib.backends.local.batch import PreparedDatum, model_input_tokens, prepare_datums
+from recipes_lib.backends.local.budget import MemoryBudget
 from recipes_lib.backends.local.engine import (
     SAMPLE_MEMORY_SHARE,
     BaseEntry,
     LocalEngine,
     Snapshot,
-    available_memory_bytes,
     get_engine,
     sample_row_bytes,
 )
@@ -38,7 +38,14 @@ from recipes_lib.backends.local.models import local_model_names, max_context_len
 from recipes_lib.backends.local.optimizer import AdamState, check_adam_params
 from recipes_lib.backends.local.precision import DeviceName, PrecisionName
 from recipes_lib.backends.local.sampler import SampleJob, check_sampling_params
-from recipes_lib.backends.local.trainer import CustomLoss, PassResult, builtin_pass, custom_pass
+from recipes_lib.backends.local.trainer import (
+    ActivationCost,
+    CustomLoss,
+    PassResult,
+    builtin_pass,
+    custom_pass,
+    max_backward_tokens,
+)
 from recipes_lib.exceptions import CheckpointError, ConfigurationError, DataFormatError
 from recipes_lib.tokenizers import Tokenizer, get_tokenizer
 
@@ -80,7 +87,7 @@ class SamplingClient(_SelfFuture):
             raise DataFormatError(f"num_samples must be at most {MAX_NUM_SAMPLES} per request, got {num_samples}; "
                                   "send several requests for more.")
         check_sampling_params(sampling_params, self._snapshot.base.vocab_size)
-        _check_row_fits(self._snapshot.base, tokens, sampling_params)
+        _check_row_fits(self._snapshot.base, tokens, sampling_params, self._engine.budget)
         job = SampleJob(tokens, num_samples, sampling_params, include_prompt_logprobs, topk_prompt_logprobs)
         return self._engine.sample(self._snapshot, job)
 
@@ -163,6 +170,7 @@ class TrainingClient(_SelfFuture):
         """
         loss_fn = _as_batch_loss(loss_fn, data)
         prepared = prepare_datums(data, ("target_tokens",), self._base.vocab_size, self._base.max_context)
+        _check_training_fits(self._base, prepared, self._engine.budget, all_at_once=True)
         return self._engine.call(
             lambda: _output(custom_pass(self._model(), prepared, list(data), loss_fn, self._base.precision,
                                         self._base.pad_id))
@@ -183,6 +191,8 @@ class TrainingClient(_SelfFuture):
     ) -> LocalFuture[types.ForwardBackwardOutput]:
         config = resolve_config(loss_fn, loss_fn_config)
         prepared = prepare_datums(data, REQUIRED_INPUTS[loss_fn], self._base.vocab_size, self._base.max_context)
+        if backward:
+            _check_training_fits(self._base, prepared, self._engine.budget)
         return self._engine.call(
             lambda: _output(builtin_pass(self._model(), prepared, loss_fn, config, self._base.precision,
                                          self._base.pad_id, backward))
@@ -329,8 +339,12 @@ class TrainingClient(_SelfFuture):
 class ServiceClient(_SelfFuture):
     """Entry point of the local engine: creates training and sampling clients."""
 
-    def __init__(self, precision: PrecisionName = "auto", device: DeviceName = "auto"):
+    def __init__(self, precision: PrecisionName = "auto", device: DeviceName = "auto",
+                 memory_budget: MemoryBudget | None = None):
+        """`memory_budget`: what the engine of this process may use (a server's); default the free memory."""
         self._engine = get_engine(precision, device)
+        if memory_budget is not None:
+            self._engine.budget = memory_budget
 
     @property
     def precision(self) -> str:
@@ -352,7 +366,7 @@ class ServiceClient(_SelfFuture):
         if rank < 1:
             raise DataFormatError(f"LoRA rank must be >= 1, got {rank}.")
         spec = adapters.LoraSpec(rank, seed, train_mlp, train_attn, train_unembed)
-        _check_lora_fits(self._engine.base(base_model), spec)
+        _check_lora_fits(self._engine.base(base_model), spec, self._engine.budget)
         return TrainingClient.create(self._engine, base_model, spec)
 
     async def create_lora_training_client_async(self, *args: Any, **kwargs: Any) -> TrainingClient:
@@ -439,18 +453,46 @@ MAX_NUM_SAMPLES = 1024  # per sample() request (rows beyond the engine's batch s
 MIN_FREE_BYTES = 2**30  # a row needing less than half of this is never refused
 
 
-def _check_row_fits(base: BaseEntry, prompt: list[int], params: types.SamplingParams) -> None:
-    """Refuse a sample request one row of which could not fit in free memory at its longest."""
+def _check_row_fits(base: BaseEntry, prompt: list[int], params: types.SamplingParams, budget: MemoryBudget) -> None:
+    """Refuse a sample request one row of which could not fit in the memory headroom at its longest."""
     needed = sample_row_bytes(base, prompt, params)
-    if needed <= MIN_FREE_BYTES * SAMPLE_MEMORY_SHARE:
+    if budget.limit_bytes is None and needed <= MIN_FREE_BYTES * SAMPLE_MEMORY_SHARE:
         return  # fits any machine this runs on; no need to read the free memory for every request
-    available = available_memory_bytes(base.precision.device)
+    device = base.precision.device
+    available = budget.headroom(device)
     if available is None or needed <= available * SAMPLE_MEMORY_SHARE:
         return
     raise DataFormatError(
         f"A sample of up to {len(prompt)} + {params.max_tokens or 'context'} tokens from {base.name} needs about "
-        f"{needed / 2**30:.1f} GiB (its KV cache), more than half of the {available / 2**30:.1f} GiB free on "
-        f"{base.precision.device}; lower SamplingParams.max_tokens."
+        f"{_gib(needed)} (its KV cache), more than half of the {_gib(available)} {budget.describe(device)}; "
+        "lower SamplingParams.max_tokens or the prompt."
+    )
+
+
+def _check_training_fits(base: BaseEntry, prepared: list[PreparedDatum], budget: MemoryBudget,
+                         all_at_once: bool = False) -> None:
+    """Refuse a training call whose activations could not fit in the headroom.
+
+    A built-in loss holds one micro-batch's at a time: at most the activation budget's tokens, or
+    one longer datum with its layers checkpointed (`trainer`). A custom loss (`all_at_once`) holds
+    every micro-batch's until it runs. What that needs is known before any work.
+    """
+    if budget.limit_bytes is None or not prepared:
+        return  # in-process the micro-batches stay within the activation budget, a datum past it checkpointed
+    device = base.precision.device
+    cost, max_tokens = ActivationCost.of(base.model, base.precision), max_backward_tokens(base.model, base.precision)
+    lengths = [d.length for d in prepared]
+    longest = max(lengths)
+    if all_at_once:
+        needed = sum(n * (cost.checkpointed if n > max_tokens else cost.plain) for n in lengths)
+    else:
+        needed = longest * cost.checkpointed if longest > max_tokens else min(sum(lengths), max_tokens) * cost.plain
+    available = budget.headroom(device)
+    if available is None or needed <= available:
+        return
+    raise DataFormatError(
+        f"Training on {len(prepared)} datums (the longest {longest} tokens) needs about {_gib(needed)} of "
+        f"activations at once, more than the {_gib(available)} {budget.describe(device)}; send shorter datums."
     )
 
 
@@ -458,19 +500,24 @@ def _check_row_fits(base: BaseEntry, prompt: list[int], params: types.SamplingPa
 LORA_BYTES_PER_WEIGHT = 4 * 5
 
 
-def _check_lora_fits(base: BaseEntry, spec: adapters.LoraSpec) -> None:
-    """Refuse an adapter whose training state cannot fit in free memory (before the OOM killer does)."""
+def _check_lora_fits(base: BaseEntry, spec: adapters.LoraSpec, budget: MemoryBudget) -> None:
+    """Refuse an adapter whose training state cannot fit in the headroom (before the OOM killer does)."""
     weights = base.host.lora_parameter_count(spec)
     needed = weights * LORA_BYTES_PER_WEIGHT
-    available = available_memory_bytes(base.precision.device)
+    device = base.precision.device
+    available = budget.headroom(device)
     if available is None or needed <= available:
         return
     largest_rank = available // (weights // spec.rank * LORA_BYTES_PER_WEIGHT)
     raise ConfigurationError(
-        f"A rank-{spec.rank} LoRA of {base.name} needs about {needed / 2**30:.1f} GiB ({weights:,} fp32 weights "
-        f"with their gradients, Adam state and a sampling snapshot), but only {available / 2**30:.1f} GiB is "
-        f"available on {base.precision.device}. Use a lower rank (at most about {largest_rank} fits)."
+        f"A rank-{spec.rank} LoRA of {base.name} needs about {_gib(needed)} ({weights:,} fp32 weights "
+        f"with their gradients, Adam state and a sampling snapshot), but only {_gib(available)} is "
+        f"{budget.describe(device)}. Use a lower rank (at most about {largest_rank} fits)."
     )
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.1f} GiB" if size >= 2**30 // 10 else f"{size / 2**20:.0f} MiB"
 
 
 def check_base_weights(meta: Mapping[str, Any], base: BaseEntry, path: str) -> None:

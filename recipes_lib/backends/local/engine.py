@@ -18,7 +18,6 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -31,6 +30,7 @@ from recipes_lib.backends.local import host
 from recipes_lib.backends.local.activations import keep_fewer_activations
 from recipes_lib.backends.local.adapters import AdapterHost, LoraSpec, lora_deltas
 from recipes_lib.backends.local.attention import use_exact_attention
+from recipes_lib.backends.local.budget import MemoryBudget
 from recipes_lib.backends.local.decoder import share_fused_storage
 from recipes_lib.backends.local.futures import LocalFuture
 from recipes_lib.backends.local.logits import check_output_head
@@ -120,6 +120,7 @@ class LocalEngine:
     def __init__(self, precision: Precision):
         bound_kernel_caches()  # before the first model runs: the caches read their bound once
         self.precision = precision
+        self.budget = MemoryBudget()  # a server sets its own (`budget.server_budget`)
         self._bases: dict[str, BaseEntry] = {}
         self._load_lock = threading.Lock()
         self._queue: deque[_Call | _Generation] = deque()
@@ -330,9 +331,9 @@ class LocalEngine:
 
     def _row_limit(self, base: BaseEntry, jobs: list[SampleJob]) -> int:
         """Rows decoded at once: the device's batch size, fewer where the longest row the jobs allow
-        would not fit `SAMPLE_MEMORY_SHARE` of the free memory that many times over."""
+        would not fit `SAMPLE_MEMORY_SHARE` of the memory headroom that many times over."""
         limit = MAX_SAMPLE_ROWS.get(self.precision.device.type, 64)
-        available = available_memory_bytes(self.precision.device)
+        available = self.budget.headroom(self.precision.device)
         if available is None:
             return limit
         longest = max(sample_row_bytes(base, job.prompt, job.params) for job in jobs)
@@ -410,43 +411,6 @@ def _stops_serving(exc: BaseException) -> bool:
     return isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread()
 
 
-def available_memory_bytes(device: torch.device) -> int | None:
-    """Memory free for new tensors on `device`, in bytes; None where it cannot be read.
-
-    On the CPU: the kernel's `MemAvailable`, capped by the headroom under a cgroup memory limit
-    (a container's limit is what the OOM killer enforces).
-    """
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    if device.type != "cpu":
-        return None
-    known = [value for value in (_meminfo_available(), _cgroup_headroom()) if value is not None]
-    return min(known) if known else None
-
-
-def _meminfo_available() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024  # the kernel reports kB
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _cgroup_headroom() -> int | None:
-    for limit_file, usage_file in (("memory.max", "memory.current"),  # cgroup v2
-                                   ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):  # v1
-        try:
-            limit = (_CGROUP / limit_file).read_text().strip()
-            usage = int((_CGROUP / usage_file).read_text().strip())
-            return None if limit == "max" else max(int(limit) - usage, 0)
-        except (OSError, ValueError):
-            continue
-    return None
-
-
-_CGROUP = Path("/sys/fs/cgroup")
 _engines: dict[tuple[str, str], LocalEngine] = {}
 _engines_lock = threading.Lock()
 

@@ -10,9 +10,17 @@ not again in the backward pass. The logits
 are those of the model's own forward (`logits.OutputHead`: the head plus any soft-capping or
 scaling the family applies), so the trainer scores what the sampler samples. Gradients of
 successive calls accumulate in the adapter until `optim_step`.
+
+A micro-batch holds as many tokens as the activation budget allows. A datum longer than that (a
+multi-turn episode of a few thousand tokens) forms a micro-batch of its own whose decoder layers
+are checkpointed (`checkpointed_layers`): only each layer's input is kept, and one layer's
+activations are made again at a time in the backward pass, so memory grows with the layer count
+times the hidden size per token instead of with every activation.
 """
 
-from collections.abc import Callable, Sequence
+import contextlib
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -22,9 +30,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from recipes_lib.backends.local.activations import without_remaking
 from recipes_lib.backends.local.batch import PreparedDatum, micro_batches, pad_right_tokens
 from recipes_lib.backends.local.logits import OutputHead
 from recipes_lib.backends.local.losses import REQUIRED_INPUTS, gradient_mask, per_token_loss
+from recipes_lib.backends.local.memory import return_freed_memory
 from recipes_lib.backends.local.precision import Precision
 
 # Rows of [rows x vocab] logits materialised at once (~12 MB in fp32 for a 49k vocabulary). Against
@@ -93,11 +103,13 @@ def _batch_logprobs(
     precision: Precision,
     pad_id: int,
     grad_of: GradOfLogprobs | None = None,
+    checkpoint_layers: bool = False,
 ) -> list[torch.Tensor]:
     """Trainer log-probs of each datum's targets; differentiable where `grad_masks` is True.
 
     `grad_masks=None` means no gradient anywhere (a plain forward). With `grad_of`, the backward
-    pass runs here instead (`_head_forward_backward`) and the log-probs come back detached.
+    pass runs here instead (`_head_forward_backward`) and the log-probs come back detached. With
+    `checkpoint_layers`, the decoder's layers keep only their inputs for the backward pass.
     """
     decoder, lm_head = _decoder_and_head(model)
     device = precision.device
@@ -118,8 +130,10 @@ def _batch_logprobs(
     grad_sel = valid_B_T & wants_grad_B_T
     # No graph where no position wants a gradient (a micro-batch whose advantages are all 0): a graph
     # no backward pass runs through is freed only when its last tensor goes.
+    checkpointed = checkpointed_layers(decoder) if checkpoint_layers else nullcontext()
     with precision.context(), torch.set_grad_enabled(bool(grad_sel.any())):
-        hidden_U_T_D = decoder(input_ids=tokens_U_T, attention_mask=attention_U_T).last_hidden_state
+        with checkpointed:
+            hidden_U_T_D = decoder(input_ids=tokens_U_T, attention_mask=attention_U_T, use_cache=False).last_hidden_state
         hidden_B_T_D = hidden_U_T_D if len(row_of) == len(datums) else hidden_U_T_D[index_B]
         if grad_of is None:
             selected_N = token_logprobs(lm_head, hidden_B_T_D[grad_sel], targets_B_T[grad_sel])
@@ -177,24 +191,72 @@ def _no_autocast(precision: Precision) -> AbstractContextManager[object]:
     return torch.autocast(device_type=precision.device.type, enabled=False) if precision.autocast else nullcontext()
 
 
-def max_backward_tokens(model: nn.Module, precision: Precision) -> int:
-    """The most tokens a micro-batch with gradients may hold, from the activation budget.
+@dataclass(frozen=True)
+class ActivationCost:
+    """Bytes of activations a token keeps until the backward pass, plainly and with checkpointed layers.
 
-    Activations kept per token and layer are estimated as `9 * hidden + 3 * intermediate` values
-    of the compute dtype, plus `hidden` fp32 values where bf16 attends in fp32 (a CPU). SmolLM2
-    (`activations.keep_fewer_activations` applied), estimated against measured growth of resident
-    memory over a forward pass: fp32 39.2 / 34.8 KB per token and layer, bf16 21.9 / 20.7 KB.
+    Kept per token and layer: about `9 * hidden + 3 * intermediate` values of the compute dtype,
+    plus `hidden` fp32 values where bf16 attends in fp32 (a CPU); `activations.keep_fewer_activations`
+    applied (checked against the growth of resident memory over a forward pass of SmolLM2). With
+    checkpointed layers: each layer's input (`hidden` values), plus one layer's activations while
+    its backward runs.
     """
-    wrapped: Any = model
-    config: Any = (wrapped.get_base_model() if hasattr(wrapped, "get_base_model") else wrapped).config
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    hidden = int(config.hidden_size)
-    intermediate = int(getattr(config, "intermediate_size", None) or 4 * hidden)
-    dtype = precision.autocast or torch.float32
-    fp32_attention = 4 * hidden if dtype != torch.float32 and precision.device.type == "cpu" else 0
-    per_token = int(config.num_hidden_layers) * ((9 * hidden + 3 * intermediate) * dtype.itemsize + fp32_attention)
-    budget = ACTIVATION_BUDGET_BYTES.get(precision.device.type, ACTIVATION_BUDGET_BYTES["cuda"])
-    return max(1, min(MAX_MICROBATCH_TOKENS, budget // per_token))
+
+    plain: int
+    checkpointed: int
+
+    @classmethod
+    def of(cls, model: nn.Module, precision: Precision) -> "ActivationCost":
+        wrapped: Any = model
+        config: Any = (wrapped.get_base_model() if hasattr(wrapped, "get_base_model") else wrapped).config
+        config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        hidden, layers = int(config.hidden_size), int(config.num_hidden_layers)
+        intermediate = int(getattr(config, "intermediate_size", None) or 4 * hidden)
+        dtype = precision.autocast or torch.float32
+        fp32_attention = 4 * hidden if dtype != torch.float32 and precision.device.type == "cpu" else 0
+        per_layer = (9 * hidden + 3 * intermediate) * dtype.itemsize + fp32_attention
+        return cls(plain=layers * per_layer, checkpointed=layers * hidden * dtype.itemsize + per_layer)
+
+
+def activation_budget(precision: Precision) -> int:
+    return ACTIVATION_BUDGET_BYTES.get(precision.device.type, ACTIVATION_BUDGET_BYTES["cuda"])
+
+
+def max_backward_tokens(model: nn.Module, precision: Precision) -> int:
+    """The most tokens a micro-batch with gradients may hold, from the activation budget (a longer
+    datum is a micro-batch of its own, with checkpointed layers)."""
+    per_token = ActivationCost.of(model, precision).plain
+    return max(1, min(MAX_MICROBATCH_TOKENS, activation_budget(precision) // per_token))
+
+
+@contextlib.contextmanager
+def checkpointed_layers(decoder: nn.Module) -> Iterator[None]:
+    """Within the block, each of `decoder.layers` runs under `torch.utils.checkpoint` (non-reentrant):
+    its activations are made again in the backward pass, by the same ops on the same inputs, so the
+    gradients are the same bit for bit."""
+    layers: Any = decoder.layers
+    for layer in layers:
+        layer.forward = functools.partial(_checkpointed, layer.forward)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer.forward  # back to the class's forward
+
+
+def _checkpointed(forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return checkpoint(functools.partial(_without_remaking, forward), *args, use_reentrant=False, **kwargs)
+
+
+def _without_remaking(forward: Callable[..., Any], hidden: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    # In the forward and again when the backward pass makes the layer's activations again: the
+    # checkpoint must see the same saved tensors both times.
+    with without_remaking():
+        out = forward(hidden, *args, **kwargs)
+    # The layer's temporaries are free now; glibc would keep them beside the inputs the next layers
+    # keep, and the heap would grow by about a layer's activations per layer.
+    return_freed_memory(hidden.device)
+    return out
 
 
 def builtin_pass(
@@ -214,7 +276,8 @@ def builtin_pass(
         batch = [datums[i] for i in indices]
         masks = [gradient_mask(loss_fn, d.inputs) for d in batch] if backward else None
         grad_of = _grad_of_loss(loss_fn, config, batch, masks, precision.device) if masks is not None else None
-        logprobs = _batch_logprobs(model, batch, masks, precision, pad_id, grad_of)
+        oversize = backward and len(batch) * max(d.length for d in batch) > max_tokens
+        logprobs = _batch_logprobs(model, batch, masks, precision, pad_id, grad_of, checkpoint_layers=oversize)
         with torch.no_grad():  # the backward pass ran in `_batch_logprobs`
             losses = [per_token_loss(loss_fn, lp, _to(d.inputs, lp.device), config).sum()
                       for lp, d in zip(logprobs, batch)]
@@ -253,10 +316,14 @@ def custom_pass(
 ) -> PassResult:
     """One autograd pass through a user loss `loss_fn(data, logprobs_list) -> (loss, metrics)`."""
     logprobs: list[torch.Tensor | None] = [None] * len(datums)
+    # Every micro-batch's graph lives until the user's loss runs its backward. A micro-batch holding
+    # a datum longer than the budget allows keeps only its layers' inputs.
+    max_tokens = max_backward_tokens(model, precision)
     for indices in micro_batches([d.length for d in datums], MAX_MICROBATCH_TOKENS):
         batch = [datums[i] for i in indices]
         masks = [torch.ones(d.length, dtype=torch.bool) for d in batch]
-        for i, lp in zip(indices, _batch_logprobs(model, batch, masks, precision, pad_id)):
+        oversize = max(d.length for d in batch) > max_tokens
+        for i, lp in zip(indices, _batch_logprobs(model, batch, masks, precision, pad_id, checkpoint_layers=oversize)):
             logprobs[i] = lp.cpu()
     inputs = [lp for lp in logprobs if lp is not None]
     loss, user_metrics = loss_fn(user_data, inputs)

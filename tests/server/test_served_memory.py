@@ -1,0 +1,161 @@
+"""The served engine under tinker-cookbook's RL pattern: memory flat over a run, answers while busy,
+a request over the memory budget refused with a message while the server goes on serving.
+
+The server runs in this process (the session's `server` fixture), so its resident memory is this
+process's; the engine trims freed heap memory after each request, so what stays is what is held.
+"""
+
+import asyncio
+import ctypes
+import gc
+import threading
+import time
+
+import httpx
+import pytest
+import tinker
+import torch
+from tinker import types
+
+from recipes_lib.backends.local import trainer as trainer_module
+from recipes_lib.backends.local.budget import MemoryBudget, resident_bytes
+from recipes_lib.backends.local.engine import get_engine
+from recipes_lib.server.registry import MAX_SAMPLERS_PER_SESSION
+from recipes_lib.server.serve import ServerConfig, ThreadedServer, free_port
+from tests.server.conftest import API_KEY
+
+MODEL = "recipes/tiny-llama"
+RANK = 8
+GROUPS, GROUP_SIZE, PROMPT_TOKENS, MAX_TOKENS = 4, 4, 48, 8
+# tiny-llama keeps ~7.7 KB of activations per trained token (2 layers, hidden 64, MLP 128, fp32): a
+# step trains 16 x 56 tokens, and half its groups have equal rewards (advantages 0). Before the fix
+# those groups' micro-batches kept their graphs: ~3.5 MB a step, 50 MB over the last 14 steps. A
+# snapshot's LoRA (rank 8, head included) is ~1.6 MB; the session keeps 16, all made by step 16.
+GROWTH_BOUND_BYTES = 24 * 2**20
+
+
+def _trimmed_resident() -> int:
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return resident_bytes()
+
+
+def _graph_tensors() -> int:
+    gc.collect()
+    return sum(1 for obj in gc.get_objects() if isinstance(obj, torch.Tensor) and obj.grad_fn is not None)
+
+
+async def _rollouts(sampler: tinker.SamplingClient, prompts: list[list[int]]) -> list[types.SampleResponse]:
+    params = types.SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0)
+    return await asyncio.gather(*[sampler.sample(types.ModelInput.from_ints(p), 1, params)
+                                  for p in prompts for _ in range(GROUP_SIZE)])
+
+
+def _datums(prompts: list[list[int]], responses: list[types.SampleResponse]) -> list[types.Datum]:
+    """Importance sampling, advantages centred per group; even groups all get reward 1 (advantage 0)."""
+    data = []
+    for g, prompt in enumerate(prompts):
+        group = [r.sequences[0] for r in responses[g * GROUP_SIZE:(g + 1) * GROUP_SIZE]]
+        rewards = torch.tensor([1.0 if g % 2 == 0 else float(s.tokens[0] % 2) for s in group])
+        for sequence, advantage in zip(group, (rewards - rewards.mean()).tolist()):
+            n, answer = len(prompt) - 1, len(sequence.tokens)
+            tokens = prompt + list(sequence.tokens)
+            data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={
+                "target_tokens": tokens[1:], "logprobs": [0.0] * n + list(sequence.logprobs or []),
+                "advantages": [0.0] * n + [advantage] * answer}))
+    return data
+
+
+def test_thirty_cookbook_shaped_rl_steps_leave_memory_flat(server: ThreadedServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each step: a new sampling client from the current weights, 16 rollouts sampled one request
+    each, all in flight at once, then training on them, as tinker-cookbook's RL loop does. The
+    activation budget is cut to micro-batches of two rollouts, as SmolLM2's are."""
+    monkeypatch.setitem(trainer_module.ACTIVATION_BUDGET_BYTES, "cpu", 2**20)
+    service = tinker.ServiceClient(base_url=server.url, api_key=API_KEY)
+    trainer = service.create_lora_training_client(base_model=MODEL, rank=RANK, seed=0).result()
+    generator = torch.Generator().manual_seed(0)
+    warm = MAX_SAMPLERS_PER_SESSION  # every sampler the session keeps has been made after this many steps
+    resident = {}
+    for step in range(1, 31):
+        prompts = [torch.randint(3, 4000, (PROMPT_TOKENS,), generator=generator).tolist() for _ in range(GROUPS)]
+        sampler = trainer.save_weights_and_get_sampling_client().result()
+        responses = asyncio.run(_rollouts(sampler, prompts))
+        trainer.forward_backward(_datums(prompts, responses), "importance_sampling").result()
+        trainer.optim_step(types.AdamParams(learning_rate=1e-3)).result()
+        if step >= warm and step % 5 in (0, warm % 5):
+            resident[step] = _trimmed_resident()
+    growth = max(resident.values()) - resident[warm]
+    assert growth < GROWTH_BOUND_BYTES, {step: f"{r / 2**20:.0f} MB" for step, r in resident.items()}
+    assert _graph_tensors() == 0
+
+
+def _poll_latencies(url: str, session_id: str, stop: threading.Event) -> list[float]:
+    latencies = []
+    with httpx.Client(base_url=url, headers={"X-API-Key": API_KEY}, timeout=30) as http:
+        while not stop.is_set():
+            for call in (lambda: http.get("/api/v1/healthz"),
+                         lambda: http.post("/api/v1/session_heartbeat", json={"session_id": session_id})):
+                start = time.perf_counter()
+                assert call().status_code == 200
+                latencies.append(time.perf_counter() - start)
+            time.sleep(0.02)
+    return latencies
+
+
+def test_health_and_heartbeats_answer_within_a_second_while_the_engine_works(server: ThreadedServer) -> None:
+    service = tinker.ServiceClient(base_url=server.url, api_key=API_KEY)
+    trainer = service.create_lora_training_client(base_model=MODEL, rank=RANK, seed=0).result()
+    sampler = service.create_sampling_client(base_model=MODEL).result()
+    session_id = httpx.post(f"{server.url}/api/v1/create_session", headers={"X-API-Key": API_KEY},
+                            json={"tags": [], "user_metadata": {}, "sdk_version": tinker.__version__}).json()["session_id"]
+    long = [types.Datum(model_input=types.ModelInput.from_ints([5 + i % 90] * 511), loss_fn_inputs={
+        "target_tokens": [7] * 511, "weights": [1.0] * 511}) for i in range(6)]
+    stop = threading.Event()
+    latencies: list[float] = []
+    poller = threading.Thread(target=lambda: latencies.extend(_poll_latencies(server.url, session_id, stop)))
+    poller.start()
+    start = time.perf_counter()
+    try:
+        samples = sampler.sample(types.ModelInput.from_ints([1, 2, 3]), 32, types.SamplingParams(max_tokens=32))
+        trainer.forward_backward(long, "cross_entropy").result()
+        samples.result()
+    finally:
+        stop.set()
+        poller.join()
+    busy = time.perf_counter() - start
+    assert busy > 2 and len(latencies) > 20, (busy, len(latencies))  # the engine was busy throughout the polls
+    p99 = sorted(latencies)[int(0.99 * (len(latencies) - 1))]
+    assert p99 < 1.0, f"p99 {p99:.3f} s, max {max(latencies):.3f} s over {len(latencies)} calls in {busy:.1f} s"
+
+
+def test_a_request_over_the_memory_budget_is_refused_and_the_server_keeps_serving() -> None:
+    engine = get_engine("float32", "cpu")
+    config = ServerConfig(port=free_port(), api_key=API_KEY, precision="float32", device="cpu",
+                          memory_budget_gb=(resident_bytes() + 64 * 2**20) / 2**30)
+    datum = types.Datum(model_input=types.ModelInput.from_ints([5] * 200),
+                        loss_fn_inputs={"target_tokens": [6] * 200, "weights": [1.0] * 200})
+    prompt, params = types.ModelInput.from_ints([1, 2, 3]), types.SamplingParams(max_tokens=4)
+    try:
+        with ThreadedServer(config) as running:
+            service = tinker.ServiceClient(base_url=running.url, api_key=API_KEY)
+            # A rank-256 LoRA of tiny-llama: ~51k weights per rank, 20 bytes each (weights, gradient, Adam, snapshot).
+            with pytest.raises(tinker.BadRequestError, match=r"A rank-256 LoRA of recipes/tiny-llama needs about "
+                               r"0\.2 GiB .* but only \d+ MiB is left of the server's memory budget of .* GiB "
+                               r"\(.* GiB in use; the server's memory_budget_gb sets it\)"):
+                service.create_lora_training_client(base_model=MODEL, rank=256).result()
+            trainer = service.create_lora_training_client(base_model=MODEL, rank=4).result()
+            sampler = trainer.save_weights_and_get_sampling_client().result()
+            engine.budget = MemoryBudget(resident_bytes())  # now nothing is left
+            with pytest.raises(tinker.BadRequestError, match=r"Training on 1 datums \(the longest 200 tokens\) needs "
+                               r"about \d+ MiB of activations at once, more than the 0 MiB left of the server's "
+                               r"memory budget"):
+                trainer.forward_backward([datum], "cross_entropy").result()
+            with pytest.raises(tinker.BadRequestError, match=r"A sample of up to 3 \+ 4 tokens from recipes/tiny-llama "
+                               r"needs about \d+ MiB \(its KV cache\), more than half of the 0 MiB left of the server's "
+                               r"memory budget .* lower SamplingParams.max_tokens"):
+                sampler.sample(prompt, 2, params).result()
+            engine.budget = MemoryBudget(resident_bytes() + 256 * 2**20)  # and the same server serves what fits
+            assert trainer.forward_backward([datum], "cross_entropy").result().metrics["loss:sum"] > 0
+            assert len(sampler.sample(prompt, 2, params).result().sequences) == 2
+    finally:
+        engine.budget = MemoryBudget()  # the engine is this test process's, shared with other tests
