@@ -50,3 +50,48 @@ def test_no_graph_outlives_a_training_call_whose_advantages_are_all_zero(precisi
     for batch in ([datum(0.0)] * 4, [datum(0.0), datum(0.5)]):
         client.forward_backward(batch, "importance_sampling").result()
     assert _graph_tensors() == before
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_a_datum_past_the_activation_budget_trains_with_checkpointed_layers_to_the_same_bits(
+        precision: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a budget smaller than one datum, each micro-batch's layers are checkpointed: the loss,
+    log-probs and every adapter gradient equal those of the plain pass bit for bit, for a built-in
+    and a custom loss (and the checkpoint saw the same tensors in its forward and its recompute, or
+    torch would have raised)."""
+    from recipes_lib.backends.local import trainer
+    from recipes_lib.backends.local.clients import ServiceClient
+
+    client = ServiceClient(precision=precision, device="cpu").create_lora_training_client("recipes/tiny-llama", rank=4, seed=0)
+    tokens = [(7 * i) % 250 + 3 for i in range(121)]
+    # One datum: the same micro-batches either way (other batch shapes would round fp32 sums otherwise).
+    datums = [types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={
+        "target_tokens": tokens[1:], "weights": [1.0] * 120})]
+    checkpointed: list[bool] = []
+    real = trainer._batch_logprobs  # noqa: SLF001
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        checkpointed.append(kwargs.get("checkpoint_layers", False))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "_batch_logprobs", spy)
+
+    def run() -> tuple[list, dict[str, torch.Tensor]]:
+        model = client._model()  # noqa: SLF001
+        outputs = [client.forward_backward(datums, "cross_entropy").result(),
+                   client.forward_backward_custom(datums, lambda data, lps: (sum(lp.sum() for lp in lps), {})).result()]
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad(set_to_none=True)
+        return [(o.metrics["loss:sum"], [x["logprobs"].tolist() for x in o.loss_fn_outputs]) for o in outputs], grads
+
+    plain = run()
+    assert checkpointed and not any(checkpointed)
+    checkpointed.clear()
+    monkeypatch.setitem(trainer.ACTIVATION_BUDGET_BYTES, "cpu", 1)  # every datum is past it
+    with_checkpoints = run()
+    assert checkpointed and all(checkpointed)
+    assert with_checkpoints[0] == plain[0]
+    assert with_checkpoints[1].keys() == plain[1].keys()
+    for name, grad in with_checkpoints[1].items():
+        assert torch.equal(grad, plain[1][name]), name
