@@ -51,12 +51,16 @@ class ExactMatchEvaluator(SamplingClientEvaluator):
         self.name = name
         self.normalize = normalize
         self.num_logged = num_logged
+        if not self.examples:
+            logger.warning("%s/exact_match has no examples (none were held out): it is not reported", name)
 
     async def __call__(self, sampling_client: SamplingClient) -> dict[str, float]:
+        if not self.examples:
+            return {}  # an accuracy over nothing is no number, not 0
         answers = await asyncio.gather(*(self._answer(sampling_client, ex.messages) for ex in self.examples))
         correct = [self.normalize(a) == self.normalize(ex.reference) for a, ex in zip(answers, self.examples)]
         self._log_mistakes(answers, correct)
-        return {f"{self.name}/exact_match": sum(correct) / max(1, len(correct))}
+        return {f"{self.name}/exact_match": sum(correct) / len(correct)}
 
     async def _answer(self, sampling_client: SamplingClient, messages: list[Message]) -> str:
         prompt = self.renderer.build_generation_prompt(messages)

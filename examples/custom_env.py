@@ -3,7 +3,7 @@ import functools
 import chz
 import tinker
 
-from recipes_lib.backends import run_hosted
+from recipes_lib.cli import run_recipe
 from renderers import Message, Renderer
 from rl import train
 from rl.dataset import ListRLDataset, RepeatedEnvGroupBuilder, renderer_for
@@ -35,10 +35,16 @@ class OneWordDatasetBuilder(RLDatasetBuilder):
         return ListRLDataset(groups, batch_size=4), None  # 2 batches of 4 topics, 4 samples each
 
 
-def main(model_name: str = "HuggingFaceTB/SmolLM2-135M-Instruct", log_path: str = "/tmp/one-word") -> None:
-    train.main(train.Config(log_path=log_path, model_name=model_name, learning_rate=1e-4, max_tokens=8,
-                            dataset_builder=OneWordDatasetBuilder(model_name=model_name)))
+@chz.chz
+class Config:
+    model_name: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    log_path: str = "/tmp/one-word"
 
 
-if __name__ == "__main__":  # the local engine then serves from the main thread (faster on a CPU)
-    run_hosted(main)
+def main(config: Config) -> None:
+    train.main(train.Config(log_path=config.log_path, model_name=config.model_name, learning_rate=1e-4,
+                            max_tokens=8, dataset_builder=OneWordDatasetBuilder(model_name=config.model_name)))
+
+
+if __name__ == "__main__":  # key=value settings (--help lists them); the local engine serves from this thread
+    run_recipe(main, chz.Blueprint(Config))

@@ -27,6 +27,7 @@ import chz
 
 from preference.types import LABELS, Comparison, Label, LabeledComparison
 from recipes_lib.exceptions import DataFormatError
+from recipes_lib.hub_data import load_hub_split
 from recipes_lib.jsonl import read_jsonl
 from renderers import Message, parse_message
 
@@ -152,9 +153,9 @@ class HuggingFaceComparisonBuilder(ComparisonDatasetBuilder):
         return train, test
 
     def _split(self, split: str, limit: int | None) -> Split:
-        import datasets
-
-        rows = datasets.load_dataset(self.dataset_path, self.config_name, split=split)
+        hint = ("Offline, pass dataset_path=<a local copy of the data set> or train on a JSONL file of "
+                "comparisons (dataset=<file>.jsonl)")
+        rows = load_hub_split(self.dataset_path, self.config_name, split, hint)
         if limit is not None:
             rows = rows.select(range(min(limit, len(rows))))
         return self._convert(rows, f"{self.dataset_path}[{split}]")

@@ -42,6 +42,7 @@ from recipes_lib.logging import (
     read_metrics,
     setup_logging,
 )
+from recipes_lib.machine_errors import machine_error
 from recipes_lib.paths import recipes_home_path
 from recipes_lib.removal import RUN_FOLDER, check_removable, remove_folder
 from recipes_lib.run_lock import LOCK_FILE, lock_run_folder, release_all
@@ -67,12 +68,13 @@ def config_from_argv(blueprint: chz.Blueprint[T], argv: Sequence[str] | None = N
               file=sys.stderr)
         raise SystemExit(2)
     try:
-        return blueprint.make_from_argv(args)
+        return blueprint.clone().make_from_argv(args)  # a clone: chz applies the arguments to the blueprint
     except EntrypointHelpException as exc:
         print(exc)
         raise SystemExit(0) from None
     except CHZ_ARGUMENT_ERRORS as exc:
-        print(f"error: {exc}{_did_you_mean(blueprint, args, str(exc))}", file=sys.stderr)
+        message = _invalid_value(blueprint, args, str(exc)) or f"{exc}{_did_you_mean(blueprint, args, str(exc))}"
+        print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
     except RecipesError as exc:  # a config's own check (@chz.validate) refused a value
         if _debug():
@@ -125,6 +127,12 @@ def user_errors(config: Any = None) -> Iterator[None]:
             raise
         print(f"error: the Tinker API refused the request ({exc.status_code}): {exc.message}", file=sys.stderr)
         raise SystemExit(1) from None
+    except Exception as exc:  # noqa: BLE001 - re-raised unless the machine caused it (a full disk, ...)
+        message = machine_error(exc, config)
+        if message is None:
+            raise
+        print(f"error: {message} {_resume_hint(config)}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def _debug() -> bool:
@@ -145,6 +153,38 @@ def _resume_hint(config: Any) -> str:
     command = f"python -m {module.name}" if module is not None else "the same command"
     args = " ".join(a for a in sys.argv[1:] if not a.startswith("behavior_if_log_dir_exists="))
     return f"{saved}. Continue with: {command} {args} behavior_if_log_dir_exists=resume".replace("  ", " ")
+
+
+_EXPECTED = {"int": "a whole number", "int | None": "a whole number (or None)", "float": "a number",
+             "float | None": "a number (or None)", "bool": "true or false", "str": "a string"}
+
+
+def _invalid_value(blueprint: chz.Blueprint[T], args: list[str], message: str) -> str | None:
+    """chz's several paragraphs for a value that is not of its key's type, as one line: the key, the
+    value, what was expected, and what the key is for (its `--help` text, if it has one)."""
+    given = re.search(r"Could not interpret argument '(.*)' provided for param '([^']+)'", message)
+    if given is None:
+        return None
+    value, key = given.groups()
+    cast = re.search(r"Could not cast '.*' to (.+)", message)
+    wanted = cast.group(1).strip() if cast else ""
+    literal = re.fullmatch(r"Literal\[(.*)\]", wanted)
+    expected = (f"one of {literal.group(1)}" if literal
+                else _EXPECTED.get(wanted, f"a value of type {wanted}" if wanted else "another value"))
+    columns = next((re.split(r"\s{2,}", line.strip()) for line in _help_lines(blueprint, args, key)), [])
+    doc = columns[3] if len(columns) > 3 else ""  # a help line: key, type, value, then what the key is for
+    return f"{key}={value} is not valid: expected {expected}." + (f" {doc}" if doc else "")
+
+
+def _help_lines(blueprint: chz.Blueprint[T], args: list[str], key: str) -> list[str]:
+    others = [arg for arg in args if arg.split("=", 1)[0] != key]
+    try:
+        blueprint.make_from_argv([*others, "--help"])
+    except EntrypointHelpException as help_text:
+        return [line for line in str(help_text).splitlines() if line.split()[:1] == [key]]
+    except Exception:  # noqa: BLE001 - only context for the message
+        return []
+    return []
 
 
 def _did_you_mean(blueprint: chz.Blueprint[T], args: list[str], message: str) -> str:

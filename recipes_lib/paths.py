@@ -94,6 +94,15 @@ def hub_reachable(timeout_s: float = 3.0) -> bool:
         return False
 
 
+def hub_failure(exc: BaseException) -> str:
+    """Why loading from the Hugging Face hub failed, in one line: the hub being unreachable (and no
+    cached copy) says so, rather than the hub client's paragraph about offline mode."""
+    if not hub_reachable():
+        return "the Hugging Face hub cannot be reached from this machine and no cached copy was found"
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"{type(exc).__name__}: {first}"
+
+
 def prefer_offline_hub() -> None:
     """Put the Hugging Face hub client in offline mode when the hub cannot be reached.
 

@@ -30,7 +30,7 @@ from matplotlib.figure import Figure  # not pyplot: no display backend or global
 from matplotlib.ticker import MaxNLocator
 
 from recipes_lib.cli import config_from_argv
-from recipes_lib.exceptions import ConfigurationError
+from recipes_lib.exceptions import ConfigurationError, RecipesError
 from recipes_lib.logging import METRICS_FILE, read_metrics
 from recipes_lib.progress import EVAL_SUFFIXES
 
@@ -268,6 +268,6 @@ def _common_parent(paths: Sequence[str]) -> Path:
 if __name__ == "__main__":
     try:
         main()
-    except NoMetricsError as exc:
+    except (NoMetricsError, RecipesError) as exc:  # no metrics, or a corrupt line in them (file and line named)
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

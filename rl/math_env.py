@@ -26,6 +26,7 @@ import chz
 
 from recipes_lib.config import check_group_size, check_positive
 from recipes_lib.exceptions import ConfigurationError, DataFormatError
+from recipes_lib.hub_data import load_hub_split, load_jsonl_split
 from renderers import Message, Renderer
 from rl.dataset import ListRLDataset, renderer_for
 from rl.problem_env import ProblemEnv, ProblemGroupBuilder
@@ -134,12 +135,12 @@ def reference_answer(row: dict[str, Any], where: str) -> str:
 def load_math_rows(split: str, hf_path: str, subjects: Sequence[str | None], data_file: str | None) -> list[dict[str, str]]:
     """`{"problem", "answer"}` rows of a split, from `data_file` (JSONL) when given, else from the hub
     dataset `hf_path` (one config per subject, concatenated)."""
-    from datasets import load_dataset
-
+    hint = (f"Offline, pass {split}_file=<a JSONL file of 'problem' and 'solution' rows> (e.g. env.{split}_file=... "
+            "in recipes.math_rl; env=arithmetic needs no data)")
     if data_file is not None:
-        parts = [(data_file, load_dataset("json", data_files={split: data_file}, split=split))]
+        parts = [(data_file, load_jsonl_split(data_file, split, f"{split}_file"))]
     else:
-        parts = [(f"{hf_path}/{s or 'default'}", load_dataset(hf_path, s, split=split)) for s in subjects]
+        parts = [(f"{hf_path}/{s or 'default'}", load_hub_split(hf_path, s, split, hint)) for s in subjects]
     rows = []
     for source, dataset in parts:
         for index, row in enumerate(dataset):

@@ -21,8 +21,8 @@ import numpy as np
 from tinker import types
 
 from recipes_lib.exceptions import ConfigurationError, DataFormatError, RendererError
+from recipes_lib.hub_data import load_hub_split
 from recipes_lib.jsonl import read_jsonl
-from recipes_lib.paths import prefer_offline_hub
 from renderers import Message, Renderer
 from supervised.data import conversation_to_datum, parse_conversation
 from supervised.types import ChatDatasetBuilder, ChatDatasetBuilderCommonConfig, DatumListDataset
@@ -127,16 +127,8 @@ class HuggingFaceChatBuilder(ChatDatasetBuilder):
         return DatumListDataset(train, self.common_config.batch_size, self.shuffle_seed), test_set
 
     def _load(self, split: str) -> list[Sourced]:
-        import datasets
-
-        prefer_offline_hub()
-        try:
-            rows = datasets.load_dataset(self.path, self.name, split=split)
-        except (ConnectionError, FileNotFoundError, ValueError) as exc:
-            raise ConfigurationError(
-                f"Could not load split {split!r} of the Hugging Face dataset {self.path!r} ({exc}). It needs the "
-                "hub or a cached copy; offline, train on a JSONL file with FromConversationFileBuilder."
-            ) from exc
+        rows = load_hub_split(self.path, self.name, split,
+                              "Offline, train on a JSONL file of conversations (dataset=<file>.jsonl)")
         count = len(rows) if self.max_examples is None else min(len(rows), self.max_examples)
         where = [f"{self.path} [{split}] row {i}" for i in range(count)]
         return [(where[i], parse_conversation(rows[i], where[i], self.message_field)) for i in range(count)]

@@ -19,6 +19,8 @@ README). Held-out exact match (`test/exact_match`, the same 48 numbers `make dem
 from the base model's towards the teacher's (`teacher/test/exact_match`, measured once at the start).
 """
 
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import chz
@@ -35,13 +37,18 @@ LOG_PATH = "/tmp/recipes-examples/distillation_on_policy"
 DEMO_RUN = "runs/demo"
 
 
-def build_config() -> chz.Blueprint[train.Config]:
-    """The recipe's defaults: SmolLM2 distils the number-to-words teacher in runs/demo."""
+TEACHER_KEYS = ("teacher_log_path", "teacher_model_path", "teacher_model_name")
+
+
+def build_config(argv: Sequence[str] = ()) -> chz.Blueprint[train.Config]:
+    """The recipe's defaults: SmolLM2 distils the number-to-words teacher in runs/demo, unless `argv`
+    names another teacher."""
+    other_teacher = any(arg.split("=", 1)[0] in TEACHER_KEYS for arg in argv)
     return chz.Blueprint(train.Config).apply({
         "log_path": LOG_PATH,
         "model_name": SMOLLM2_NAME,
         "renderer_name": None,  # set explicitly so the builders below can follow it
-        "teacher_log_path": DEMO_RUN,
+        "teacher_log_path": None if other_teacher else DEMO_RUN,
         "dataset_builder": NumberWordsPromptsBuilder,
         # 55 steps of 32 prompts, one answer each: distinct prompts teach more than repeated answers.
         "dataset_builder.batch_size": 32,
@@ -85,4 +92,4 @@ def main(config: train.Config) -> None:
 
 
 if __name__ == "__main__":
-    run_recipe(main, build_config())
+    run_recipe(main, build_config(sys.argv[1:]))

@@ -20,6 +20,10 @@ HOSTED = ("trl", "rl_batch", "engine_train", "engine_sample")
 
 
 def main(argv: list[str]) -> None:
+    if len(argv) < 2 or argv[0] in ("--help", "-h"):
+        print(f"usage: {__doc__.splitlines()[0]}\n(started by `make bench`; run that, or python -m recipes_lib.bench --help)",
+              file=sys.stderr)
+        raise SystemExit(0 if argv[:1] in (["--help"], ["-h"]) else 2)
     out, name, *config_argv = argv
     config = config_from_argv(chz.Blueprint(BenchConfig), config_argv)
     if name.partition("/")[0] in HOSTED:  # as recipes run: the engine serves from the main thread

@@ -40,8 +40,12 @@ class Sampler:
 
 SESSION_TIMEOUT_S = 600.0  # the SDK heartbeats every 10 s; a session silent this long is gone
 # Each sampler holds a copy of its LoRA weights (~45 MB for SmolLM2 at rank 32), and RL makes one
-# per step; a session keeps its most recently used ones (off-policy RL samples from a few recent ones).
+# per step; a session keeps its most recently used ones (off-policy RL samples from a few recent
+# ones): at most this many, and beyond the newest `MIN_SAMPLERS_PER_SESSION` only while their
+# snapshots together stay within `SAMPLER_BYTES_PER_SESSION`.
 MAX_SAMPLERS_PER_SESSION = 16
+MIN_SAMPLERS_PER_SESSION = 4
+SAMPLER_BYTES_PER_SESSION = 256 * 2**20
 
 
 class Registry:
@@ -102,13 +106,17 @@ class Registry:
         return client
 
     def add_sampler(self, sampler_id: str, sampler: Sampler) -> None:
-        """Register a sampler; its session keeps its `MAX_SAMPLERS_PER_SESSION` most recently used."""
+        """Register a sampler; its session keeps its most recently used ones (see the bounds above)."""
         session = sampler_id.split(":", 1)[0]
         with self._lock:
             self.samplers[sampler_id] = sampler
-            mine = [key for key in self.samplers if key.split(":", 1)[0] == session]
-            for key in mine[:-MAX_SAMPLERS_PER_SESSION]:
-                del self.samplers[key]
+            mine = [key for key in self.samplers if key.split(":", 1)[0] == session]  # least recent first
+            kept, held = 0, 0
+            for key in reversed(mine):
+                held += self.samplers[key].client.snapshot_bytes()
+                kept += 1
+                if kept > MAX_SAMPLERS_PER_SESSION or (kept > MIN_SAMPLERS_PER_SESSION and held > SAMPLER_BYTES_PER_SESSION):
+                    del self.samplers[key]
 
     def sampler(self, sampler_id: str) -> Sampler:
         with self._lock:
@@ -117,7 +125,8 @@ class Registry:
                 self.samplers.move_to_end(sampler_id)
         if sampler is None:
             raise NotFound(f"Unknown sampling_session_id {sampler_id!r}: never created, or dropped after its session "
-                           f"used {MAX_SAMPLERS_PER_SESSION} newer ones; create a new sampling client.")
+                           f"used newer ones (a session keeps its {MIN_SAMPLERS_PER_SESSION} to "
+                           f"{MAX_SAMPLERS_PER_SESSION} most recent); create a new sampling client.")
         return sampler
 
     def join(self, sampler_id: str) -> int:

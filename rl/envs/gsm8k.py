@@ -21,6 +21,7 @@ import chz
 
 from recipes_lib.config import check_group_size
 from recipes_lib.exceptions import DataFormatError
+from recipes_lib.hub_data import load_hub_split, load_jsonl_split
 from renderers import Message, Renderer
 from rl.dataset import ListRLDataset, renderer_for
 from rl.math_env import ConvoPrefix, convo_prefix_messages
@@ -76,12 +77,12 @@ class Gsm8kEnv(ProblemEnv):
 
 def load_rows(split: str, path: str, name: str | None, data_file: str | None) -> list[dict[str, Any]]:
     """Rows of a split: from `data_file` (JSONL) when given, else from the hub dataset `path`/`name`."""
-    from datasets import load_dataset
-
     if data_file is not None:
-        dataset = load_dataset("json", data_files={split: data_file}, split=split)
+        dataset = load_jsonl_split(data_file, split, f"{split}_file")
     else:
-        dataset = load_dataset(path, name, split=split)
+        hint = (f"Offline, pass {split}_file=<a JSONL file of 'question' and 'answer' rows> (e.g. env.{split}_file=... "
+            "in recipes.math_rl; env=arithmetic needs no data)")
+        dataset = load_hub_split(path, name, split, hint)
     rows = [dict(row) for row in dataset]
     for index, row in enumerate(rows):
         if not isinstance(row.get("question"), str) or not isinstance(row.get("answer"), str):

@@ -95,3 +95,19 @@ def test_a_datum_past_the_activation_budget_trains_with_checkpointed_layers_to_t
     assert with_checkpoints[1].keys() == plain[1].keys()
     for name, grad in with_checkpoints[1].items():
         assert torch.equal(grad, plain[1][name]), name
+
+
+def test_a_cpu_sampling_batch_keeps_to_its_byte_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows decoded at once: 64 for short rows; for long ones as many as `SAMPLE_BATCH_BYTES` holds."""
+    from recipes_lib.backends.local import engine as engine_module
+    from recipes_lib.backends.local.sampler import SampleJob
+
+    engine = engine_module.get_engine("float32", "cpu")
+    base = engine.base("recipes/tiny-llama")
+    short = SampleJob([5, 6, 7], 64, types.SamplingParams(max_tokens=4))
+    long = SampleJob([5] * 1000, 64, types.SamplingParams(max_tokens=1000))
+    row = engine_module.sample_row_bytes(base, long.prompt, long.params)
+    assert engine._row_limit(base, [short]) == engine_module.MAX_SAMPLE_ROWS["cpu"]  # noqa: SLF001
+    monkeypatch.setitem(engine_module.SAMPLE_BATCH_BYTES, "cpu", 3 * row + row // 2)
+    assert engine._row_limit(base, [long]) == 3  # noqa: SLF001
+    assert engine._row_limit(base, [short, long]) == 3  # noqa: SLF001 - the longest row decides

@@ -87,9 +87,14 @@ def test_forward_kl_topk_trains_on_the_teachers_top_tokens(tmp_path: Path, teach
 
 
 def test_exactly_one_teacher_is_required(tmp_path: Path) -> None:
+    # Naming a teacher replaces the default one (the demo run) ...
+    argv = [*TINY, f"log_path={tmp_path}", "teacher_model_name=recipes/tiny-llama"]
+    config = config_from_argv(on_policy.build_config(argv), argv)
+    assert config.teacher_log_path is None and config.teacher_model_name == "recipes/tiny-llama"
+    # ... and naming two is refused.
+    argv = [*TINY, f"log_path={tmp_path}", "teacher_model_name=recipes/tiny-llama", f"teacher_log_path={tmp_path}"]
     with pytest.raises(SystemExit):
-        config_from_argv(on_policy.build_config(), [*TINY, f"log_path={tmp_path}",
-                                                    "teacher_model_name=recipes/tiny-llama"])
+        config_from_argv(on_policy.build_config(argv), argv)
     with pytest.raises(ConfigurationError, match="make demo"):
         config = config_from_argv(on_policy.build_config(), [*TINY, f"log_path={tmp_path}"])
         if Path(on_policy.DEMO_RUN, "checkpoints.jsonl").exists():

@@ -63,3 +63,11 @@ def test_on_the_local_engine(service_client: object) -> None:
     sampler = training_client.save_weights_and_get_sampling_client()
     metrics = asyncio.run(ExactMatchEvaluator(_examples(), renderer, max_tokens=3, name="heldout")(sampler))
     assert metrics == {"heldout/exact_match": 0.0}
+
+
+def test_no_examples_report_no_accuracy() -> None:
+    """Nothing held out (num_heldout=0): no metric, where a 0 would read as "all wrong"."""
+    renderer = get_renderer("smollm2", get_tokenizer("recipes/tiny-llama"))
+    sampler = _ScriptedSampler(renderer, {})
+    assert asyncio.run(ExactMatchEvaluator([], renderer, name="test")(sampler)) == {}  # type: ignore[arg-type]
+    assert sampler.params == []

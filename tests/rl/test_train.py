@@ -138,7 +138,7 @@ def test_config_rejects_async_and_streaming_together(tmp_path: Path) -> None:
 
 
 def test_the_readme_custom_env_trains_unchanged(tmp_path: Path) -> None:
-    custom_env.main(model_name=TINY, log_path=str(tmp_path))
+    custom_env.main(custom_env.Config(model_name=TINY, log_path=str(tmp_path)))
     rows = _rows(tmp_path)
     assert sorted(rows) == [0, 1] and "env/all/one_word" in rows[0]
     assert load_checkpoints(tmp_path)[-1].final

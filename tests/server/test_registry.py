@@ -2,11 +2,26 @@
 
 from typing import Any
 
-from recipes_lib.server.registry import MAX_SAMPLERS_PER_SESSION, SESSION_TIMEOUT_S, Registry, Sampler
+from recipes_lib.server.registry import (
+    MAX_SAMPLERS_PER_SESSION,
+    MIN_SAMPLERS_PER_SESSION,
+    SAMPLER_BYTES_PER_SESSION,
+    SESSION_TIMEOUT_S,
+    Registry,
+    Sampler,
+)
 
 
-def _sampler() -> Sampler:
-    client: Any = object()
+class _Client:
+    def __init__(self, snapshot_bytes: int) -> None:
+        self.bytes = snapshot_bytes
+
+    def snapshot_bytes(self) -> int:
+        return self.bytes
+
+
+def _sampler(snapshot_bytes: int = 0) -> Sampler:
+    client: Any = _Client(snapshot_bytes)
     return Sampler(client, "recipes/tiny-llama", None)
 
 
@@ -20,6 +35,18 @@ def test_a_session_keeps_only_its_most_recently_used_samplers() -> None:
     mine = [k for k in registry.samplers if k.startswith("s:")]
     assert len(mine) == MAX_SAMPLERS_PER_SESSION and "s:train:0:sample:1" not in mine
     assert "s:train:0:sample:0" in mine and "other:sample:0" in registry.samplers
+
+
+def test_a_session_keeps_its_samplers_snapshots_within_a_byte_bound() -> None:
+    """SmolLM2's rank-32 snapshots (45 MB): the newest five fit 256 MiB; never fewer than the newest four."""
+    registry = Registry()
+    for i in range(10):
+        registry.add_sampler(f"s:train:0:sample:{i}", _sampler(45 * 2**20))
+    assert list(registry.samplers) == [f"s:train:0:sample:{i}" for i in range(5, 10)]
+    registry = Registry()
+    for i in range(10):
+        registry.add_sampler(f"s:train:0:sample:{i}", _sampler(SAMPLER_BYTES_PER_SESSION))
+    assert len(registry.samplers) == MIN_SAMPLERS_PER_SESSION
 
 
 def test_a_silent_session_is_dropped_with_its_clients() -> None:

@@ -30,7 +30,7 @@ GROUPS, GROUP_SIZE, PROMPT_TOKENS, MAX_TOKENS = 4, 4, 48, 8
 # tiny-llama keeps ~7.7 KB of activations per trained token (2 layers, hidden 64, MLP 128, fp32): a
 # step trains 16 x 56 tokens, and half its groups have equal rewards (advantages 0). Before the fix
 # those groups' micro-batches kept their graphs: ~3.5 MB a step, 50 MB over the last 14 steps. A
-# snapshot's LoRA (rank 8, head included) is ~1.6 MB; the session keeps 16, all made by step 16.
+# snapshot's LoRA (rank 8, head included) is ~1.6 MB; the session keeps up to 16, all made by step 16.
 GROWTH_BOUND_BYTES = 24 * 2**20
 
 

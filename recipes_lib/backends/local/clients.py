@@ -110,6 +110,10 @@ class SamplingClient(_SelfFuture):
     async def get_base_model_async(self) -> str:
         return self.get_base_model()
 
+    def snapshot_bytes(self) -> int:
+        """Memory this client's own weights hold: its LoRA snapshot (the base model is shared)."""
+        return sum(t.numel() * t.element_size() for t in (self._snapshot.state or {}).values())
+
     def _checked_prompt(self, prompt: types.ModelInput) -> list[int]:
         tokens = model_input_tokens(prompt, "prompt")
         base = self._snapshot.base

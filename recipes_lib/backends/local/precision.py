@@ -15,6 +15,8 @@ from typing import Literal
 
 import torch
 
+from recipes_lib.exceptions import ConfigurationError
+
 PrecisionName = Literal["auto", "float32", "bfloat16"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 
@@ -63,6 +65,10 @@ def resolve_precision(precision: PrecisionName = "auto", device: DeviceName = "a
     """The `Precision` for a requested precision name and device."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        why = ("this torch is a CPU build" if torch.version.cuda is None
+               else f"this torch (CUDA {torch.version.cuda}) sees no GPU")
+        raise ConfigurationError(f"device cuda was asked for, but {why}; use backend.device=cpu (or auto).")
     torch_device = torch.device(device)
     if precision == "auto":
         native = torch_device.type == "cuda" or cpu_has_native_bf16()
