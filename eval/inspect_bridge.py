@@ -123,7 +123,7 @@ class InspectAPIFromTinkerSampling(ModelAPI):
         if not self.renderer.supports_tool_calls:
             raise RendererError(
                 f"The task offers tools {[t['name'] for t in tools]}, but the {self.renderer.name!r} renderer cannot "
-                "render tool calls; use a model and renderer with tool support (e.g. qwen3, llama3)."
+                "render tool calls; use a model and renderer with tool support (e.g. qwen3)."
             )
         has_system = bool(messages) and messages[0]["role"] == "system"
         system = messages[0]["content"] if has_system else ""
@@ -192,10 +192,7 @@ def _to_renderer_message(message: ChatMessage, index: int) -> Message:
     converted = Message(role=message.role, content=message.text)
     if isinstance(message, ChatMessageAssistant):
         if message.tool_calls:
-            converted["tool_calls"] = [
-                ToolCall(name=c.function, arguments=json.dumps(c.arguments, ensure_ascii=False), id=c.id)
-                for c in message.tool_calls
-            ]
+            converted["tool_calls"] = [ToolCall.of(c.function, c.arguments, id=c.id) for c in message.tool_calls]
     elif isinstance(message, ChatMessageTool):
         if message.tool_call_id:
             converted["tool_call_id"] = message.tool_call_id
@@ -220,13 +217,13 @@ def to_inspect_tool_call(call: ToolCall, index: int) -> InspectToolCall:
     """A parsed tool call in Inspect's form (arguments as a dict; a parse error when not JSON)."""
     call_id = call.id or f"call_{index}"
     try:
-        arguments = json.loads(call.arguments)
+        arguments = json.loads(call.function.arguments)
     except json.JSONDecodeError as exc:
-        return InspectToolCall(id=call_id, function=call.name, arguments={}, parse_error=str(exc))
+        return InspectToolCall(id=call_id, function=call.function.name, arguments={}, parse_error=str(exc))
     if not isinstance(arguments, dict):
-        return InspectToolCall(id=call_id, function=call.name, arguments={},
-                               parse_error=f"arguments are not a JSON object: {call.arguments}")
-    return InspectToolCall(id=call_id, function=call.name, arguments=arguments)
+        return InspectToolCall(id=call_id, function=call.function.name, arguments={},
+                               parse_error=f"arguments are not a JSON object: {call.function.arguments}")
+    return InspectToolCall(id=call_id, function=call.function.name, arguments=arguments)
 
 
 def sampling_params(

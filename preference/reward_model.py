@@ -52,7 +52,7 @@ def _format_message(message: Message) -> str:
         role += f" ({message['name']})"
     parts = [f"(thinking: {message['thinking']})"] if message.get("thinking") else []
     parts.append(str(message["content"]))
-    parts += [f"-> {call.name}({call.arguments})" for call in message.get("tool_calls") or []]
+    parts += [f"-> {call.function.name}({call.function.arguments})" for call in message.get("tool_calls") or []]
     return f"{role}: " + "\n".join(part for part in parts if part)
 
 

@@ -13,7 +13,7 @@ when a content starts with a newline that merges with the header's own newline.)
 """
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -26,7 +26,7 @@ from recipes_lib.model_info import get_recommended_renderer_name
 from recipes_lib.tokenizers import Tokenizer
 
 # Message types live in renderers.messages (with the schema that checks them); re-exported here.
-from renderers.messages import Message, check_message
+from renderers.messages import Message, parse_message
 from renderers.messages import ToolCall as ToolCall
 from renderers.messages import ToolSpec as ToolSpec
 
@@ -116,7 +116,7 @@ class Renderer(ABC):
         self, messages: Sequence[Message], role: str = "assistant", prefill: str | None = None
     ) -> tinker.types.ModelInput:
         """The prompt to sample the next `role` turn: the conversation, a turn opener, `prefill`."""
-        self._check_messages(messages)
+        messages = self._checked(messages)
         text = "".join(span.text for span in self.render_spans(messages))
         return tinker.types.ModelInput.from_ints(
             self.encode(text + self.generation_suffix(role) + (prefill or ""))
@@ -138,7 +138,7 @@ class Renderer(ABC):
             `train_on_what` selects (outputs include the end-of-turn token), 0.0 elsewhere.
         """
         train_on_what = as_train_on_what(train_on_what)
-        self._check_messages(messages)
+        messages = self._checked(messages)
         check_trainable_flags(messages, train_on_what)
         spans = self.supervised_spans(messages)
         trained = trained_span_mask(spans, messages, train_on_what)
@@ -186,8 +186,9 @@ class Renderer(ABC):
             )
         return ids[0]
 
-    def _check_messages(self, messages: Sequence[Message]) -> None:
-        check_messages(messages)
+    def _checked(self, messages: Sequence[Message]) -> list[Message]:
+        """`messages` in the renderers' form (`checked_messages`), each one this renderer can render."""
+        messages = checked_messages(messages)
         for index, message in enumerate(messages):
             if message.get("tool_calls") and not self.supports_tool_calls:
                 raise RendererError(
@@ -197,6 +198,7 @@ class Renderer(ABC):
                 raise RendererError(
                     f"Message {index} has thinking; the {self.name!r} renderer cannot render it."
                 )
+        return messages
 
     def _constructor_kwargs(self) -> dict[str, object]:
         """Options beyond the tokenizer that rebuild an equal renderer (for pickling)."""
@@ -240,11 +242,13 @@ def as_train_on_what(value: TrainOnWhat | str) -> TrainOnWhat:
         raise ConfigurationError(f"Unknown train_on_what {value!r}; expected one of {valid}.") from None
 
 
-def check_messages(messages: Sequence[Message]) -> None:
-    """Raise DataFormatError unless every message fits `renderers.messages.MessageSchema` with a
-    string content: a known role, known fields of the right types."""
-    for index, message in enumerate(messages):
-        check_message(message, f"Message {index}")
+def checked_messages(messages: Sequence[Message]) -> list[Message]:
+    """`messages` as the renderers read them, each through `renderers.messages.MessageSchema`: a
+    known role, known fields of the right types; tool calls given as OpenAI-form or flat dicts become
+    `ToolCall`s and content given as parts becomes text (DataFormatError naming the message otherwise)."""
+    if isinstance(messages, (str, Mapping)) or not isinstance(messages, Sequence):
+        raise DataFormatError(f"Expected a list of messages; got {type(messages).__name__}.")
+    return [parse_message(message, f"Message {index}") for index, message in enumerate(messages)]
 
 
 def check_trainable_flags(messages: Sequence[Message], train_on_what: TrainOnWhat) -> None:

@@ -55,8 +55,8 @@ from renderers.base import (
     ToolCall,
     TrainOnWhat,
     as_train_on_what,
-    check_messages,
     check_trainable_flags,
+    checked_messages,
     split_at_stop_token,
     trained_message_indices,
 )
@@ -106,7 +106,7 @@ class HFChatTemplateRenderer(Renderer):
     ) -> tinker.types.ModelInput:
         """The template's rendering with `add_generation_prompt=True`, then `prefill`."""
         _check_role(role)
-        self._check_messages(messages)
+        messages = self._checked(messages)
         text = self._render(self._hf_messages(messages), generation=True, what="the conversation")
         return tinker.types.ModelInput.from_ints(self.encode(text + (prefill or "")))
 
@@ -119,7 +119,7 @@ class HFChatTemplateRenderer(Renderer):
             RendererError: a selected message cannot be located (see the module docstring).
         """
         train_on_what = as_train_on_what(train_on_what)
-        self._check_messages(messages)
+        messages = self._checked(messages)
         check_trainable_flags(messages, train_on_what)
         hf_messages = self._hf_messages(messages)
         whole = self._whole(hf_messages)
@@ -134,7 +134,7 @@ class HFChatTemplateRenderer(Renderer):
 
     def render_spans(self, messages: Sequence[Message]) -> list[Span]:
         """The whole conversation as spans, with every message's output located (or a RendererError)."""
-        self._check_messages(messages)
+        messages = self._checked(messages)
         hf_messages = self._hf_messages(messages)
         whole = self._whole(hf_messages)
         spans: list[Span] = []
@@ -180,8 +180,8 @@ class HFChatTemplateRenderer(Renderer):
             kwargs["template_kwargs"] = self.template_kwargs
         return kwargs
 
-    def _check_messages(self, messages: Sequence[Message]) -> None:
-        check_messages(messages)
+    def _checked(self, messages: Sequence[Message]) -> list[Message]:
+        messages = checked_messages(messages)
         for index, message in enumerate(messages):
             if message.get("tool_calls") and not self.renders_tool_calls:
                 raise RendererError(
@@ -193,6 +193,7 @@ class HFChatTemplateRenderer(Renderer):
                     f"Message {index} has thinking, but the chat template of {self.model_name!r} renders "
                     f"neither of the message fields {list(_REASONING_FIELDS)}."
                 )
+        return messages
 
     # --- locating outputs -------------------------------------------------------------------
 
@@ -394,17 +395,14 @@ def _hf_message(message: Message, reasoning_field: str | None, index: int) -> HF
 
 def _hf_tool_call(call: ToolCall, index: int) -> dict[str, Any]:
     """The OpenAI form, with the arguments as an object (templates serialize them with `tojson`)."""
-    if not isinstance(call, ToolCall):
-        raise DataFormatError(
-            f"Message {index}: tool_calls must hold renderers.ToolCall objects; got {call!r}."
-        )
     try:
-        arguments = json.loads(call.arguments)
+        arguments = json.loads(call.function.arguments)
     except json.JSONDecodeError as error:
         raise DataFormatError(
-            f"Message {index}: the arguments of tool call {call.name!r} are not JSON ({error}): {call.arguments!r}."
+            f"Message {index}: the arguments of tool call {call.function.name!r} are not JSON ({error}): "
+            f"{call.function.arguments!r}."
         ) from None
-    function = {"name": call.name, "arguments": arguments}
+    function = {"name": call.function.name, "arguments": arguments}
     return {"type": "function", "function": function, **({"id": call.id} if call.id else {})}
 
 

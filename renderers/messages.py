@@ -25,7 +25,6 @@ a renderer understands is dropped on the way and no mistake is guessed around. A
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NotRequired, TypedDict, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -36,18 +35,31 @@ Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = get_args(Role)
 
 
-@dataclass(frozen=True)
-class ToolCall:
-    """A function call made in an assistant turn; `arguments` is the JSON text of an object."""
+class ToolCall(BaseModel):
+    """A function call made in an assistant turn, in OpenAI's shape (tinker-cookbook's too):
+    `call.function.name`, `call.function.arguments` (the JSON text of an object), `call.id`,
+    `call.type`. Build one as `ToolCall(function=ToolCall.FunctionBody(name=..., arguments=...))`
+    or, with the arguments as a mapping, `ToolCall.of(name, {...})`."""
 
-    name: str
-    arguments: str
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    class FunctionBody(BaseModel):
+        """The function a call names, and its arguments as JSON text."""
+
+        model_config = ConfigDict(extra="forbid", frozen=True)
+        name: str
+        arguments: str
+
+    type: Literal["function"] = "function"
     id: str | None = None
+    function: FunctionBody
 
     @classmethod
-    def from_dict(cls, name: str, arguments: Mapping[str, object], id: str | None = None) -> "ToolCall":
-        """A call whose arguments are serialized the way chat templates serialize them (`tojson`)."""
-        return cls(name=name, arguments=json.dumps(arguments, ensure_ascii=False), id=id)
+    def of(cls, name: str, arguments: str | Mapping[str, object], id: str | None = None) -> "ToolCall":
+        """A call to `name`; mapping arguments are serialized the way chat templates serialize them
+        (`tojson`), text arguments are kept as written."""
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        return cls(function=cls.FunctionBody(name=name, arguments=text), id=id)
 
 
 class ToolSpec(TypedDict):
@@ -128,7 +140,8 @@ class FunctionCall(BaseModel):
 
 class ToolCallSchema(BaseModel):
     """A tool call: OpenAI's `{"id", "type": "function", "function": {...}}`, the flat
-    `{"name", "arguments", "id"}`, or a `ToolCall` object (from code)."""
+    `{"name", "arguments", "id"}`, or a `ToolCall` (or any pydantic model of the same shape, such as
+    tinker-cookbook's) from code."""
 
     model_config = _STRICT
     id: str | None = None
@@ -138,8 +151,8 @@ class ToolCallSchema(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _accept_flat_and_objects(cls, value: Any) -> Any:
-        if isinstance(value, ToolCall):
-            return {"id": value.id, "function": {"name": value.name, "arguments": value.arguments}}
+        if isinstance(value, BaseModel):
+            value = value.model_dump()
         if isinstance(value, Mapping) and "function" not in value and "name" in value:
             flat = dict(value)
             function = {key: flat.pop(key) for key in ("name", "arguments") if key in flat}
@@ -147,7 +160,7 @@ class ToolCallSchema(BaseModel):
         return value
 
     def to_tool_call(self) -> ToolCall:
-        return ToolCall(name=self.function.name, arguments=self.function.arguments_text(), id=self.id)
+        return ToolCall.of(self.function.name, self.function.arguments_text(), id=self.id)
 
 
 class MessageSchema(BaseModel):
@@ -242,16 +255,6 @@ def parse_messages(values: Any, where: str) -> list[Message]:
     return [parse_message(value, f"{where}, message {index}") for index, value in enumerate(values)]
 
 
-def check_message(message: Mapping[str, Any], where: str) -> None:
-    """Check a `Message` built in code: the schema, and a string content (as the renderers read it)."""
-    parse_message(message, where)
-    if not isinstance(message.get("content"), str):
-        raise DataFormatError(
-            f"{where}: 'content' must be a string in a Message given to a renderer; got "
-            f"{_show(message.get('content'))}. Convert list-of-parts messages with renderers.parse_message."
-        )
-
-
 _EXPECTED = {
     "role": f"one of {list(ROLES)}",
     "content": "a string",
@@ -302,7 +305,8 @@ def _describe(path: tuple[str | int, ...], items: list[Any]) -> str:
     if first["type"] == "extra_forbidden":
         key = first["loc"][-1]
         allowed = list(MessageSchema.model_fields) if len(path) <= 1 else None
-        return f"unknown field {key!r}" + (f"; a message has only the fields {allowed}" if allowed else "")
+        where = f" in '{name}'" if name else ""
+        return f"unknown field {key!r}{where}" + (f"; a message has only the fields {allowed}" if allowed else "")
     if path == ("role",):
         return f"unknown role {first['input']!r}; expected one of {list(ROLES)}"
     if first["type"] == "union_tag_invalid":

@@ -168,7 +168,7 @@ class Qwen3DisableThinkingRenderer(Qwen3Renderer):
     def _refuse_trained_reasoning(self, messages: Sequence[Message], train_on_what: TrainOnWhat) -> None:
         if train_on_what == TrainOnWhat.ALL_TOKENS:  # trains prompt text too, on purpose
             return
-        self._check_messages(messages)
+        messages = self._checked(messages)
         check_trainable_flags(messages, train_on_what)
         last_query = _last_query_index(messages)
         for index in sorted(trained_message_indices(messages, train_on_what)):
@@ -230,11 +230,12 @@ def _tool_calls_text(tool_calls: Sequence[ToolCall], content: str) -> str:
     text = ""
     for position, call in enumerate(tool_calls):
         if not isinstance(call, ToolCall):
-            raise DataFormatError(f"tool_calls must hold renderers.ToolCall objects; got {call!r}.")
+            raise DataFormatError(f"render_spans reads tool calls as renderers.ToolCall objects; got {call!r}. "
+                                  "build_generation_prompt and build_supervised_example take any form.")
         if position > 0 or content:
             text += "\n"
         text += (
-            f'{TOOL_CALL_OPEN}\n{{"name": "{call.name}", "arguments": {call.arguments}}}\n{TOOL_CALL_CLOSE}'
+            f'{TOOL_CALL_OPEN}\n{{"name": "{call.function.name}", "arguments": {call.function.arguments}}}\n{TOOL_CALL_CLOSE}'
         )
     return text
 
@@ -303,7 +304,7 @@ def _parse_tool_call(body: str) -> ToolCall | None:
     written = body[len(head) : -1] if body.startswith(head) and body.endswith("}") else None
     if written is None or _json_or_none(written) != payload["arguments"]:
         written = json.dumps(payload["arguments"], ensure_ascii=False)
-    return ToolCall(name=payload["name"], arguments=written)
+    return ToolCall.of(payload["name"], written)
 
 
 def _json_or_none(text: str) -> object:

@@ -60,7 +60,7 @@ def test_messages_keep_roles_text_tool_calls_and_tool_results() -> None:
     ], system_message="Be brief.")
     assert messages[0] == {"role": "system", "content": "Be brief."}
     assert messages[1] == {"role": "user", "content": "first\nsecond"}
-    assert messages[2]["tool_calls"] == [ToolCall(name="add", arguments='{"a": 1, "b": 2}', id="c1")]
+    assert messages[2]["tool_calls"] == [ToolCall.of("add", '{"a": 1, "b": 2}', id="c1")]
     assert messages[3] == {"role": "tool", "content": "3", "tool_call_id": "c1", "name": "add"}
 
 
@@ -92,9 +92,9 @@ def test_tools_offered_follow_tool_choice() -> None:
 
 
 def test_tool_calls_become_inspect_calls_with_parse_errors_kept() -> None:
-    ok = to_inspect_tool_call(ToolCall(name="add", arguments='{"a": 1}', id=None), 0)
+    ok = to_inspect_tool_call(ToolCall.of("add", '{"a": 1}', id=None), 0)
     assert (ok.id, ok.function, ok.arguments, ok.parse_error) == ("call_0", "add", {"a": 1}, None)
-    bad = to_inspect_tool_call(ToolCall(name="add", arguments="{oops", id="x"), 1)
+    bad = to_inspect_tool_call(ToolCall.of("add", "{oops", id="x"), 1)
     assert bad.parse_error is not None and bad.arguments == {}
 
 

@@ -45,7 +45,7 @@ def test_the_question_keeps_tool_calls_reasoning_and_tool_names() -> None:
     with_tools = Comparison(
         [{"role": "user", "content": "Weather in Paris?"}],
         [{"role": "assistant", "content": "", "thinking": "Ask the tool.",
-          "tool_calls": [ToolCall(name="weather", arguments='{"city": "Paris"}')]},
+          "tool_calls": [ToolCall.of("weather", '{"city": "Paris"}')]},
          {"role": "tool", "name": "weather", "content": "18 C"}, {"role": "assistant", "content": "18 C."}],
         [{"role": "assistant", "content": "Sunny."}])  # type: ignore[list-item]
     text = comparison_to_messages(with_tools)[0]["content"]

@@ -98,7 +98,7 @@ def test_message_completer_returns_tool_calls() -> None:
     text = 'Checking.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
     reply = asyncio.run(TinkerMessageCompleter(FakeSamplingClient(renderer.encode(text)), renderer, 50)([]))
     assert reply["content"] == "Checking."
-    assert [(call.name, call.arguments) for call in reply["tool_calls"]] == [
+    assert [(call.function.name, call.function.arguments) for call in reply["tool_calls"]] == [
         ("get_weather", '{"city": "Paris"}')
     ]
 

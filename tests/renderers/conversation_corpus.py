@@ -90,7 +90,7 @@ def _reference_message(message: Message) -> dict[str, Any]:
         out["reasoning_content"] = message["thinking"]
     if "tool_calls" in message:
         out["tool_calls"] = [
-            {"type": "function", "function": {"name": call.name, "arguments": json.loads(call.arguments)}}
+            {"type": "function", "function": {"name": call.function.name, "arguments": json.loads(call.function.arguments)}}
             for call in message["tool_calls"]
         ]
     return out
@@ -135,7 +135,7 @@ def _qwen_exchange(rng: random.Random, use_tools: bool, thinking: bool) -> list[
         user_content = f"<tool_response>\n{rng.choice(TOOL_RESULTS)}\n</tool_response>"
     messages = [Message(role="user", content=user_content)]
     if use_tools and rng.random() < 0.7:
-        calls = [ToolCall.from_dict(*rng.choice(ARGUMENTS)) for _ in range(rng.randint(1, 2))]
+        calls = [ToolCall.of(*rng.choice(ARGUMENTS)) for _ in range(rng.randint(1, 2))]
         messages.append(
             _assistant(rng, thinking, content=rng.choice(["", "Let me check.", "Checking\n"]), calls=calls)
         )

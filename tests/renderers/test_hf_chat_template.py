@@ -232,7 +232,7 @@ def test_qwen3_reasoning_and_tool_calls_reach_the_template(qwen3_tokenizer: Any)
         "role": "assistant",
         "content": "Checking.",
         "thinking": "Need the weather.",
-        "tool_calls": [ToolCall.from_dict("get_weather", {"city": "Paris"})],
+        "tool_calls": [ToolCall.of("get_weather", {"city": "Paris"})],
     }
     assert _trained_text(renderer, [CHAT[1], answer], TrainOnWhat.LAST_ASSISTANT_MESSAGE) == [
         "<think>\nNeed the weather.\n</think>\n\nChecking.\n<tool_call>\n"
@@ -267,7 +267,7 @@ def test_unsupported_inputs_are_refused(smollm2_tokenizer: Any) -> None:
     assert renderer.reasoning_field is None and not renderer.renders_tool_calls
     with pytest.raises(RendererError, match="Message 1 has thinking"):
         renderer.build_generation_prompt([CHAT[1], {"role": "assistant", "content": "x", "thinking": "y"}])
-    call: Message = {"role": "assistant", "content": "", "tool_calls": [ToolCall.from_dict("f", {})]}
+    call: Message = {"role": "assistant", "content": "", "tool_calls": [ToolCall.of("f", {})]}
     with pytest.raises(RendererError, match="Message 1 has tool_calls"):
         renderer.build_generation_prompt([CHAT[1], call])
     with pytest.raises(RendererError, match="only assistant turns"):

@@ -21,8 +21,8 @@ def test_every_field_is_kept() -> None:
     )
     assert assistant == Message(
         role="assistant", content="", thinking="Look it up.", trainable=True,
-        tool_calls=[ToolCall("get_weather", '{"city": "Paris", "unit": "°C"}', "call_1"),
-                    ToolCall("get_time", '{"zone":  "CET"}')],  # JSON text is kept as written
+        tool_calls=[ToolCall.of("get_weather", '{"city": "Paris", "unit": "°C"}', "call_1"),
+                    ToolCall.of("get_time", '{"zone":  "CET"}')],  # JSON text is kept as written
     )
     tool = parse_message({"role": "tool", "content": "18", "tool_call_id": "call_1", "name": "get_weather",
                           "trainable": False}, "here")
@@ -46,7 +46,7 @@ def test_null_optional_fields_count_as_absent() -> None:
 
 
 def test_tool_call_objects_from_code_pass() -> None:
-    call = ToolCall("f", '{"a": 1}', "c")
+    call = ToolCall.of("f", '{"a": 1}', "c")
     assert parse_message({"role": "assistant", "content": "", "tool_calls": [call]}, "x")["tool_calls"] == [call]
 
 
@@ -108,5 +108,8 @@ def test_renderers_check_messages_built_in_code(smollm2_tokenizer: Any) -> None:
                                                                              "trainabel": True}])  # type: ignore[typeddict-unknown-key]
     with pytest.raises(DataFormatError, match="Message 0: unknown role 'bot'"):
         renderer.build_generation_prompt([{"role": "bot", "content": "a"}])
-    with pytest.raises(DataFormatError, match="Message 0: 'content' must be a string in a Message given to a renderer"):
-        renderer.build_generation_prompt([{"role": "user", "content": [{"type": "text", "text": "a"}]}])  # type: ignore[typeddict-item]
+    parts = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+    assert renderer.build_generation_prompt(parts) == renderer.build_generation_prompt(  # type: ignore[arg-type]
+        [{"role": "user", "content": "ab"}])
+    with pytest.raises(DataFormatError, match=r"Message 0: 'content\[0\]' has the part type 'image'"):
+        renderer.build_generation_prompt([{"role": "user", "content": [{"type": "image", "image": "x"}]}])  # type: ignore[typeddict-item]

@@ -20,14 +20,14 @@ TOOL_CALLS: Message = {
     "role": "assistant",
     "content": "Let me check.",
     "tool_calls": [
-        ToolCall.from_dict("get_weather", {"city": "Paris"}),
-        ToolCall.from_dict("add", {"a": 1, "b": 2.5}),
+        ToolCall.of("get_weather", {"city": "Paris"}),
+        ToolCall.of("add", {"a": 1, "b": 2.5}),
     ],
 }
 BARE_TOOL_CALL: Message = {
     "role": "assistant",
     "content": "",
-    "tool_calls": [ToolCall("get_weather", '{"city": "Nice"}')],
+    "tool_calls": [ToolCall.of("get_weather", '{"city": "Nice"}')],
 }
 
 RENDERERS = {  # renderer name -> model whose tokenizer it runs on
@@ -143,4 +143,4 @@ def test_parsed_tool_calls_keep_arguments_as_written(qwen3_tokenizer: Any) -> No
     renderer = get_renderer("qwen3", qwen3_tokenizer)
     text = '<tool_call>\n{"name": "f", "arguments": {"city":"São Paulo"}}\n</tool_call><|im_end|>'
     message, ok = renderer.parse_response(renderer.encode(text))
-    assert ok and message["tool_calls"] == [ToolCall("f", '{"city":"São Paulo"}')]
+    assert ok and message["tool_calls"] == [ToolCall.of("f", '{"city":"São Paulo"}')]

@@ -163,7 +163,7 @@ def test_qwen3_disable_thinking_leaves_the_empty_think_block_to_the_prompt(qwen3
 
 @pytest.mark.parametrize("train_on_what", [TrainOnWhat.ALL_MESSAGES, TrainOnWhat.ALL_ASSISTANT_MESSAGES])
 def test_qwen3_tool_call_and_response_weights(qwen3_tokenizer: Any, train_on_what: TrainOnWhat) -> None:
-    call = ToolCall.from_dict("add", {"a": 1, "b": 2})
+    call = ToolCall.of("add", {"a": 1, "b": 2})
     messages: list[Message] = [
         {"role": "user", "content": "Add"},
         {"role": "assistant", "content": "", "tool_calls": [call, call]},
@@ -193,7 +193,7 @@ def test_bad_inputs_raise_named_errors(smollm2_tokenizer: Any, llama3_tokenizer:
         smollm2.build_generation_prompt([{"role": "user"}])  # type: ignore[typeddict-item]
     with pytest.raises(RendererError, match="tool_calls"):
         smollm2.build_generation_prompt(
-            [{"role": "assistant", "content": "", "tool_calls": [ToolCall("f", "{}")]}]
+            [{"role": "assistant", "content": "", "tool_calls": [ToolCall.of("f", "{}")]}]
         )
     with pytest.raises(RendererError, match="thinking"):
         get_renderer("llama3", llama3_tokenizer).build_generation_prompt(
