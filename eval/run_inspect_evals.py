@@ -23,7 +23,7 @@ from rich.table import Table
 from eval.inspect_evaluator import InspectEvaluator, InspectEvaluatorBuilder, metrics_from_logs
 from eval.model_source import ModelSource, open_model_source
 from eval.tasks import resolve_tasks
-from recipes_lib.cli import config_from_argv
+from recipes_lib.argv import config_from_argv
 from recipes_lib.config import BackendConfig, backend_field
 from recipes_lib.exceptions import RecipesError
 

@@ -25,7 +25,7 @@ from recipes_lib.exceptions import ConfigurationError, DataFormatError
 from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import Message, Renderer, TrainOnWhat, get_renderer
-from supervised.data import conversation_to_datum, datum_from_tokens_weights
+from supervised.datums import conversation_to_datum, datum_from_tokens_weights
 from supervised.types import ChatDatasetBuilder, DatumListDataset
 
 logger = logging.getLogger(__name__)

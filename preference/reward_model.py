@@ -30,7 +30,7 @@ from recipes_lib.exceptions import DataFormatError
 from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import Message, Renderer, TrainOnWhat, get_renderer
-from supervised.data import conversation_to_datum
+from supervised.datums import conversation_to_datum
 from supervised.types import ChatDatasetBuilder, DatumListDataset
 
 QUESTION = "Which response is better, A or B? Answer with one letter."

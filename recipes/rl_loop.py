@@ -20,8 +20,8 @@ from recipes_lib.checkpoints import create_or_resume_training_client, save_check
 from recipes_lib.cli import LogdirBehavior, run_recipe, start_run
 from recipes_lib.completers import TinkerTokenCompleter
 from recipes_lib.config import BackendConfig, backend_field, check_group_size, check_positive
-from recipes_lib.logging import setup_logging
 from recipes_lib.paths import SMOLLM2_NAME
+from recipes_lib.summary import setup_logging
 from rl.advantages import compute_advantages, remove_constant_reward_groups
 from rl.data import assemble_training_data
 from rl.envs.arithmetic import ArithmeticDatasetBuilder

@@ -21,13 +21,13 @@ from recipes_lib.cli import LogdirBehavior, run_recipe, start_run
 from recipes_lib.config import BackendConfig, backend_field, check_positive
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.hyperparams import get_lr
-from recipes_lib.logging import setup_logging
 from recipes_lib.model_info import get_recommended_renderer_name
 from recipes_lib.paths import SMOLLM2_NAME
+from recipes_lib.summary import setup_logging
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import TrainOnWhat, get_renderer
-from supervised.data import compute_mean_nll, conversation_to_datum
 from supervised.datasets import read_conversations_jsonl
+from supervised.datums import compute_mean_nll, conversation_to_datum
 
 EXAMPLE_FILE = str(Path(__file__).resolve().parents[1] / "example_data" / "conversations.jsonl")
 

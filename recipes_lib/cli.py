@@ -1,11 +1,11 @@
-"""Command-line helpers shared by every recipe: `key=value` parsing, one clear message per user error,
-and the run-folder checks made before any work (log folder, `$RECIPES_HOME`, resuming)."""
+"""Running a recipe: its `__main__` (`run_recipe`: the config from `key=value` arguments, built by
+`recipes_lib.argv`), one clear message per user error, and the run-folder checks made before any
+work (log folder, `$RECIPES_HOME`, resuming)."""
 
 import contextlib
 import json
 import logging
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -15,14 +15,8 @@ from typing import Any, Literal, TypeVar
 
 import chz
 import tinker
-from chz.blueprint import (
-    ConstructionException,
-    EntrypointHelpException,
-    ExtraneousBlueprintArg,
-    InvalidBlueprintArg,
-    MissingBlueprintArg,
-)
 
+from recipes_lib.argv import config_from_argv, debug_tracebacks
 from recipes_lib.backends import make_service_client
 from recipes_lib.backends.hosted import server_gone_raises
 from recipes_lib.backends.local.host import run_hosted
@@ -40,47 +34,15 @@ from recipes_lib.logging import (
     config_changes,
     dump_config,
     read_metrics,
-    setup_logging,
 )
 from recipes_lib.machine_errors import machine_error
 from recipes_lib.paths import recipes_home_path
 from recipes_lib.removal import RUN_FOLDER, check_removable, remove_folder
 from recipes_lib.run_lock import LOCK_FILE, lock_run_folder, release_all
+from recipes_lib.summary import setup_logging
 
 T = TypeVar("T")
 LogdirBehavior = Literal["ask", "resume", "delete", "raise"]
-
-
-# chz's public names for a bad command line: every exception `Blueprint.make_from_argv` raises for
-# one (their common base, EntrypointException, is not exported from `chz.blueprint`).
-CHZ_ARGUMENT_ERRORS = (ExtraneousBlueprintArg, InvalidBlueprintArg, MissingBlueprintArg, ConstructionException)
-
-
-def config_from_argv(blueprint: chz.Blueprint[T], argv: Sequence[str] | None = None) -> T:
-    """Build the config from `key=value` arguments; a bad key or value exits with chz's message.
-
-    `--help` prints every key with its type and default and exits 0.
-    """
-    args = list(sys.argv[1:] if argv is None else argv)
-    bare = [arg for arg in args if "=" not in arg and arg not in ("--help", "-h")]
-    if bare:
-        print(f"error: arguments take the form key=value; got {bare[0]!r} (see --help for the keys)",
-              file=sys.stderr)
-        raise SystemExit(2)
-    try:
-        return blueprint.clone().make_from_argv(args)  # a clone: chz applies the arguments to the blueprint
-    except EntrypointHelpException as exc:
-        print(exc)
-        raise SystemExit(0) from None
-    except CHZ_ARGUMENT_ERRORS as exc:
-        message = _invalid_value(blueprint, args, str(exc)) or f"{exc}{_did_you_mean(blueprint, args, str(exc))}"
-        print(f"error: {message}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except RecipesError as exc:  # a config's own check (@chz.validate) refused a value
-        if _debug():
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
 
 
 def run_recipe(main: Callable[[T], Any], blueprint: chz.Blueprint[T], argv: Sequence[str] | None = None) -> None:
@@ -99,7 +61,7 @@ def run_recipe(main: Callable[[T], Any], blueprint: chz.Blueprint[T], argv: Sequ
 @contextlib.contextmanager
 def user_errors(config: Any = None) -> Iterator[None]:
     """Turn a user's mistake into one message and a non-zero exit (see `run_recipe`)."""
-    if _debug():
+    if debug_tracebacks():
         yield
         return
     try:
@@ -135,10 +97,6 @@ def user_errors(config: Any = None) -> Iterator[None]:
         raise SystemExit(1) from None
 
 
-def _debug() -> bool:
-    return os.environ.get("RECIPES_DEBUG", "").lower() in ("1", "true", "yes")
-
-
 def _resume_hint(config: Any) -> str:
     log_path = getattr(config, "log_path", None)
     if not log_path:
@@ -153,61 +111,6 @@ def _resume_hint(config: Any) -> str:
     command = f"python -m {module.name}" if module is not None else "the same command"
     args = " ".join(a for a in sys.argv[1:] if not a.startswith("behavior_if_log_dir_exists="))
     return f"{saved}. Continue with: {command} {args} behavior_if_log_dir_exists=resume".replace("  ", " ")
-
-
-_EXPECTED = {"int": "a whole number", "int | None": "a whole number (or None)", "float": "a number",
-             "float | None": "a number (or None)", "bool": "true or false", "str": "a string"}
-
-
-def _invalid_value(blueprint: chz.Blueprint[T], args: list[str], message: str) -> str | None:
-    """chz's several paragraphs for a value that is not of its key's type, as one line: the key, the
-    value, what was expected, and what the key is for (its `--help` text, if it has one)."""
-    given = re.search(r"Could not interpret argument '(.*)' provided for param '([^']+)'", message)
-    if given is None:
-        return None
-    value, key = given.groups()
-    cast = re.search(r"Could not cast '.*' to (.+)", message)
-    wanted = cast.group(1).strip() if cast else ""
-    literal = re.fullmatch(r"Literal\[(.*)\]", wanted)
-    expected = (f"one of {literal.group(1)}" if literal
-                else _EXPECTED.get(wanted, f"a value of type {wanted}" if wanted else "another value"))
-    columns = next((re.split(r"\s{2,}", line.strip()) for line in _help_lines(blueprint, args, key)), [])
-    doc = columns[3] if len(columns) > 3 else ""  # a help line: key, type, value, then what the key is for
-    return f"{key}={value} is not valid: expected {expected}." + (f" {doc}" if doc else "")
-
-
-def _help_lines(blueprint: chz.Blueprint[T], args: list[str], key: str) -> list[str]:
-    others = [arg for arg in args if arg.split("=", 1)[0] != key]
-    try:
-        blueprint.make_from_argv([*others, "--help"])
-    except EntrypointHelpException as help_text:
-        return [line for line in str(help_text).splitlines() if line.split()[:1] == [key]]
-    except Exception:  # noqa: BLE001 - only context for the message
-        return []
-    return []
-
-
-def _did_you_mean(blueprint: chz.Blueprint[T], args: list[str], message: str) -> str:
-    """For an unknown `a.b.leaf` key, the valid keys under `a.b` that end in `.leaf`, as a hint.
-
-    (`dataset_builder.batch_size=4` -> `dataset_builder.common_config.batch_size`.)
-    """
-    unknown = re.search(r"Extraneous argument '([^']+)'", message)
-    if unknown is None:
-        return ""
-    key = unknown.group(1)
-    ancestor, _, leaf = key.rpartition(".")
-    others = [arg for arg in args if arg.split("=", 1)[0] != key]
-    try:
-        blueprint.make_from_argv([*others, "--help"])
-    except EntrypointHelpException as help_text:
-        keys = [line.split()[0] for line in str(help_text).splitlines() if line.startswith("  ") and line.strip()]
-    except Exception:  # noqa: BLE001 - only a hint; the original error is what matters
-        return ""
-    else:
-        return ""
-    close = [k for k in keys if k.endswith(f".{leaf}") and k.startswith(ancestor) and k != key]
-    return f"\nDid you mean: {', '.join(close)}?" if close else ""
 
 
 def check_log_dir(log_path: str | Path, behavior: LogdirBehavior) -> None:

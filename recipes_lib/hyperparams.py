@@ -16,7 +16,7 @@ eps = 1e-8 unless a run overrides them.
 
 from tinker import types
 
-from recipes_lib.model_info import Architecture, get_model_attributes
+from recipes_lib.model_registry import Architecture, get_model_attributes
 
 ADAM_BETA1 = 0.9
 ADAM_BETA2 = 0.95

@@ -1,4 +1,5 @@
-"""One metrics path for every pipeline: `log_metrics(metrics, step)` to JSONL, console and W&B.
+"""One metrics path for every pipeline: `log_metrics(metrics, step)` to JSONL, console and W&B
+(`recipes_lib.summary.setup_logging` puts the loggers together).
 
 - `metrics.jsonl`: one flat JSON object per step, appended and flushed per line, so a killed run
   loses nothing it wrote; on resume, lines at or after the resumed step are dropped first (they
@@ -23,11 +24,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import chz
-from rich.console import Console
 
 from recipes_lib.exceptions import DataFormatError
 from recipes_lib.jsonl import read_log_jsonl
-from recipes_lib.progress import ProgressDisplay
 
 logger = std_logging.getLogger(__name__)
 
@@ -192,36 +191,3 @@ class MultiplexLogger:
     def close(self) -> None:
         for target in self.loggers:
             target.close()
-
-
-def setup_logging(
-    log_dir: Path | str,
-    config: Any,
-    total_steps: int,
-    start_step: int = 0,
-    wandb_project: str | None = None,
-    wandb_name: str | None = None,
-    console: bool | Console = True,
-    headline: Sequence[str] | None = None,
-) -> MultiplexLogger:
-    """The run's loggers: `config.json` written, `metrics.jsonl` opened (truncated on resume).
-
-    Args:
-        console: True: the progress view and the summary on stdout; a rich Console: on that
-            console; False: neither (metrics.png is still drawn).
-        headline: the metric keys the progress view and the summary show; None: chosen from the
-            keys the run logs (recipes_lib.progress.headline_keys).
-    """
-    from recipes_lib.summary import RunReport  # it reads metrics.jsonl through this module
-
-    log_dir = Path(log_dir)
-    jsonl = JsonlLogger(log_dir, resume_from_step=start_step)  # first: a corrupt metrics line stops it here
-    write_config(log_dir, config, start_step)
-    loggers: list[MetricsLogger] = [jsonl]
-    screen = Console() if console is True else None if console is False else console
-    if screen is not None:
-        loggers.append(ProgressDisplay(total_steps, start_step, screen, headline))
-    if wandb_project:
-        loggers.append(WandbLogger(wandb_project, wandb_name, config, log_dir))
-    loggers.append(RunReport(log_dir, total_steps, start_step, screen, headline))  # last: reads what the others wrote
-    return MultiplexLogger(loggers)

@@ -29,7 +29,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure  # not pyplot: no display backend or global figures (servers, notebooks)
 from matplotlib.ticker import MaxNLocator
 
-from recipes_lib.cli import config_from_argv
+from recipes_lib.argv import config_from_argv
 from recipes_lib.exceptions import ConfigurationError, RecipesError
 from recipes_lib.logging import METRICS_FILE, read_metrics
 from recipes_lib.progress import EVAL_SUFFIXES

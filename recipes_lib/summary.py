@@ -1,6 +1,8 @@
-"""The end of a run: what changed, how fast it went, where the weights are, what to run next.
+"""A run's loggers (`setup_logging`) and its end: what changed, how fast it went, where the weights
+are, what to run next.
 
-`RunReport` is the last logger `setup_logging` adds. It redraws `<log_path>/metrics.png` after
+`setup_logging` opens `config.json`, `metrics.jsonl` (recipes_lib/logging.py), the progress view
+and W&B, and last `RunReport`. It redraws `<log_path>/metrics.png` after
 evaluations (no more often than keeps drawing under `DRAW_SHARE` of the run's time) and at the end,
 and when the run gets to its end prints:
 
@@ -34,8 +36,23 @@ from rich.console import Console
 
 from recipes_lib.checkpoints import CheckpointRecord, load_checkpoints
 from recipes_lib.exceptions import DataFormatError
-from recipes_lib.logging import METRICS_FILE, read_metrics
-from recipes_lib.progress import LR_KEYS, format_duration, format_value, headline_keys, is_eval_row
+from recipes_lib.logging import (
+    METRICS_FILE,
+    JsonlLogger,
+    MetricsLogger,
+    MultiplexLogger,
+    WandbLogger,
+    read_metrics,
+    write_config,
+)
+from recipes_lib.progress import (
+    LR_KEYS,
+    ProgressDisplay,
+    format_duration,
+    format_value,
+    headline_keys,
+    is_eval_row,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -227,3 +244,34 @@ class RunReport:
             return
         if self.console is not None:
             self.console.print(render(self.summary), soft_wrap=True, highlight=False, markup=False)
+
+
+def setup_logging(
+    log_dir: Path | str,
+    config: Any,
+    total_steps: int,
+    start_step: int = 0,
+    wandb_project: str | None = None,
+    wandb_name: str | None = None,
+    console: bool | Console = True,
+    headline: Sequence[str] | None = None,
+) -> MultiplexLogger:
+    """The run's loggers: `config.json` written, `metrics.jsonl` opened (truncated on resume).
+
+    Args:
+        console: True: the progress view and the summary on stdout; a rich Console: on that
+            console; False: neither (metrics.png is still drawn).
+        headline: the metric keys the progress view and the summary show; None: chosen from the
+            keys the run logs (recipes_lib.progress.headline_keys).
+    """
+    log_dir = Path(log_dir)
+    jsonl = JsonlLogger(log_dir, resume_from_step=start_step)  # first: a corrupt metrics line stops it here
+    write_config(log_dir, config, start_step)
+    loggers: list[MetricsLogger] = [jsonl]
+    screen = Console() if console is True else None if console is False else console
+    if screen is not None:
+        loggers.append(ProgressDisplay(total_steps, start_step, screen, headline))
+    if wandb_project:
+        loggers.append(WandbLogger(wandb_project, wandb_name, config, log_dir))
+    loggers.append(RunReport(log_dir, total_steps, start_step, screen, headline))  # last: reads what the others wrote
+    return MultiplexLogger(loggers)

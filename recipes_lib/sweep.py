@@ -22,7 +22,8 @@ import chz
 from rich.console import Console
 from rich.table import Table
 
-from recipes_lib.cli import config_from_argv, user_errors
+from recipes_lib.argv import config_from_argv
+from recipes_lib.cli import user_errors
 from recipes_lib.exceptions import ConfigurationError, DataFormatError
 from recipes_lib.logging import CONFIG_FILE, METRICS_FILE, read_metrics
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from recipes_lib.exceptions import ConfigurationError
-from recipes_lib.model_info import MODELS
+from recipes_lib.model_registry import MODELS
 from recipes_lib.paths import (
     SMOLLM2_NAME,
     hub_failure,

@@ -19,8 +19,8 @@ import chz
 import torch
 from tinker import types
 
+from recipes_lib.argv import config_from_argv
 from recipes_lib.backends import make_service_client
-from recipes_lib.cli import config_from_argv
 from recipes_lib.paths import SMOLLM2_NAME
 
 

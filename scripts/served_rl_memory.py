@@ -27,7 +27,7 @@ import chz
 import torch
 from tinker import ServiceClient, types
 
-from recipes_lib.cli import config_from_argv
+from recipes_lib.argv import config_from_argv
 from recipes_lib.paths import SMOLLM2_NAME
 from recipes_lib.server.serve import free_port
 

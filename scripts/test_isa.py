@@ -22,7 +22,7 @@ from pathlib import Path
 
 import chz
 
-from recipes_lib.cli import config_from_argv
+from recipes_lib.argv import config_from_argv
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The reference cookbook's `supervised.common`: `compute_mean_nll` (the same function as in
-`supervised.data`)."""
+`supervised.datums`)."""
 
-from supervised.data import compute_mean_nll, datum_weights
+from supervised.datums import compute_mean_nll, datum_weights
 
 __all__ = ["compute_mean_nll", "datum_weights"]

@@ -24,7 +24,7 @@ from recipes_lib.exceptions import ConfigurationError, DataFormatError, Renderer
 from recipes_lib.hub_data import load_hub_split
 from recipes_lib.jsonl import read_jsonl
 from renderers import Message, Renderer
-from supervised.data import conversation_to_datum, parse_conversation
+from supervised.datums import conversation_to_datum, parse_conversation
 from supervised.types import ChatDatasetBuilder, ChatDatasetBuilderCommonConfig, DatumListDataset
 
 logger = logging.getLogger(__name__)

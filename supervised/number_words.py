@@ -18,7 +18,7 @@ from eval.number_words import (
     split_numbers,
 )
 from recipes_lib.exceptions import ConfigurationError
-from supervised.data import conversation_to_datum
+from supervised.datums import conversation_to_datum
 from supervised.types import ChatDatasetBuilder, DatumListDataset
 
 __all__ = [

@@ -43,7 +43,7 @@ from recipes_lib.logging import MultiplexLogger
 from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.schedules import LRSchedule, lr_multiplier
 from recipes_lib.tokenizers import get_tokenizer
-from supervised.data import compute_mean_nll, datum_weights
+from supervised.datums import compute_mean_nll, datum_weights
 from supervised.types import DatumListDataset, SupervisedDataset, SupervisedDatasetBuilder
 
 logger = logging.getLogger(__name__)

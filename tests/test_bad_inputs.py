@@ -27,7 +27,8 @@ import torch
 
 from recipes import dpo_basic, quickstart, rl_basic, sl_basic
 from recipes.prompt_distillation import create_data
-from recipes_lib.cli import config_from_argv, run_recipe
+from recipes_lib.argv import config_from_argv
+from recipes_lib.cli import run_recipe
 from recipes_lib.logging import dump_config
 
 TINY = "recipes/tiny-llama"

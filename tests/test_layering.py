@@ -107,6 +107,94 @@ def layering_violations(root: Path = REPO_ROOT) -> list[str]:
     return violations
 
 
+def module_files(root: Path = REPO_ROOT) -> dict[str, Path]:
+    """Every module of the project's packages by dotted name (a package by its `__init__.py`)."""
+    modules = {}
+    for package in top_level_packages(root):
+        for source in (root / package).rglob("*.py"):
+            parts = source.relative_to(root).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = source
+    return modules
+
+
+def import_graph(root: Path = REPO_ROOT) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (lazy and `TYPE_CHECKING` imports included).
+
+    `from pkg import mod` names the module `pkg.mod`, not `pkg`; `from pkg.mod import name` and
+    `import pkg.mod.sub` name the longest prefix that is a module. (That Python runs a package's
+    `__init__` before any of its modules is not counted: only what a file names.)
+    """
+    modules = module_files(root)
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, source in modules.items():
+        package_parts = source.relative_to(root).with_suffix("").parts[:-1]
+        targets: set[str | None] = set()
+        for node in ast.walk(ast.parse(source.read_text(), filename=str(source))):
+            if isinstance(node, ast.Import):
+                targets |= {known(alias.name) for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = package_parts[: len(package_parts) - node.level + 1] if node.level else ()
+                module = ".".join([*base, node.module] if node.module else base)
+                for alias in node.names:
+                    submodule = f"{module}.{alias.name}"
+                    targets.add(submodule if submodule in modules else known(module))
+        graph[name] = {target for target in targets if target is not None and target != name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = []
+            while not group or group[-1] != module:
+                group.append(stack.pop())
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(cycles)
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    assert import_cycles(import_graph()) == []
+
+
+def test_the_cycle_check_finds_lazy_and_type_checking_circles(tmp_path: Path) -> None:
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("from pkg.a import A\n")
+    (tmp_path / "pkg" / "a.py").write_text("A = 1\ndef f():\n    from pkg import b\n")
+    (tmp_path / "pkg" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.sub.c import C\n")
+    (tmp_path / "pkg" / "sub" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "sub" / "c.py").write_text("from ..a import A\n")  # a -> b -> c -> a
+    (tmp_path / "pkg" / "d.py").write_text("from pkg import a, sub\n")  # a package's modules: no cycle
+    graph = import_graph(tmp_path)
+    assert graph["pkg.d"] == {"pkg.a", "pkg.sub"} and graph["pkg"] == {"pkg.a"}
+    assert import_cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub.c"]]
+
+
 def test_every_package_has_a_layer() -> None:
     unplaced = [package for package in top_level_packages() if package not in LAYER_OF]
     assert not unplaced, f"place these packages in LAYERS (tests/test_layering.py): {unplaced}"

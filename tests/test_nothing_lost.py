@@ -29,8 +29,9 @@ from preference.data import PreferencePairDataset
 from preference.types import Comparison, LabeledComparison
 from recipes.prompt_distillation import create_data
 from recipes_lib import export
+from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import CHECKPOINTS_FILE, load_checkpoints, save_checkpoint
-from recipes_lib.cli import check_log_dir, config_from_argv, run_recipe
+from recipes_lib.cli import check_log_dir, run_recipe
 from recipes_lib.config import BackendConfig
 from recipes_lib.exceptions import ConfigurationError, DataFormatError
 from recipes_lib.logging import read_metrics

@@ -138,7 +138,7 @@ def test_spec_names_are_our_objects_not_copies() -> None:
         display,
         hyperparam_utils,
         hyperparams,
-        logging,
+        summary,
         tokenizer_utils,
         tokenizers,
     )
@@ -153,13 +153,13 @@ def test_spec_names_are_our_objects_not_copies() -> None:
     assert checkpoint_utils.load_checkpoints is checkpoints.load_checkpoints
     assert top_evaluators.SamplingClientEvaluator is evaluators.SamplingClientEvaluator
     assert format_colorized.format_colorized is display.format_colorized
-    assert ml_log.setup_logging is logging.setup_logging and misc_utils.timed.__module__ == "recipes_lib.timing"
+    assert ml_log.setup_logging is summary.setup_logging and misc_utils.timed.__module__ == "recipes_lib.timing"
     assert metric_util.compute_trajectory_metrics is metrics.compute_trajectory_metrics
     assert train.compute_advantages is advantages.compute_advantages
     assert train.assemble_training_data is processing.assemble_training_data
     assert train._remove_mask is processing._remove_mask
     assert common.compute_mean_nll is data.compute_mean_nll
-    assert data.FromConversationFileBuilder is datasets.FromConversationFileBuilder  # type: ignore[attr-defined]
+    assert data.FromConversationFileBuilder is datasets.FromConversationFileBuilder
     assert inspect_utils.InspectAPIFromTinkerSampling is inspect_bridge.InspectAPIFromTinkerSampling
     from recipes_lib.completers import TokenCompleter
     assert rl_types.TokenCompleter is TokenCompleter

@@ -13,13 +13,13 @@ from typing import Literal, TypeVar
 import chz
 import torch
 
+from recipes_lib.argv import config_from_argv
 from recipes_lib.backends.local.clients import ServiceClient
 from recipes_lib.backends.local.engine import get_engine
 from recipes_lib.backends.local.models import load_base_model
 from recipes_lib.bench import ct2_peer, machine, peers, report, trl_peer, workloads
 from recipes_lib.bench.data import bench_numbers, number_words_batch, random_batch
 from recipes_lib.bench.served import bench_server
-from recipes_lib.cli import config_from_argv
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.logging import dump_config
 from recipes_lib.paths import SMOLLM2_NAME

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import chz
 
+from recipes_lib.argv import config_from_argv
 from recipes_lib.backends.local.host import run_hosted
 from recipes_lib.bench.run import BenchConfig, peak_rss_mb, run_group
-from recipes_lib.cli import config_from_argv
 
 # Groups that time our engine run as a recipe does (`host.run_hosted`); the peers' groups run on
 # the main thread as a user's script would, and TRL, timed beside our engine, on the engine's thread.

@@ -13,7 +13,7 @@ from recipes_lib.bench.data import (
 )
 from recipes_lib.bench.data import number_to_words as bench_number_to_words
 from renderers import get_renderer
-from supervised.data import conversation_to_datum
+from supervised.datums import conversation_to_datum
 
 
 def test_number_to_words_is_the_tasks() -> None:

@@ -6,8 +6,8 @@ import pytest
 
 from distillation import train
 from recipes.distillation import on_policy
+from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import load_checkpoints, save_checkpoint
-from recipes_lib.cli import config_from_argv
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.logging import read_metrics
 from tests.lora_training import train_on_tokens

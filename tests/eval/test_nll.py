@@ -8,7 +8,7 @@ from tinker import types
 
 from eval.nll import NLLEvaluator
 from recipes_lib.exceptions import DataFormatError
-from supervised.data import datum_from_tokens_weights
+from supervised.datums import datum_from_tokens_weights
 
 
 class _Done:

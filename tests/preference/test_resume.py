@@ -5,8 +5,8 @@ reference is rebuilt from the starting weights on resume)."""
 from pathlib import Path
 
 from recipes import dpo_basic
+from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import load_checkpoints
-from recipes_lib.cli import config_from_argv
 from tests.kill_resume import KillInBackground, assert_same_metrics, start
 
 ARGS = ["model_name=recipes/tiny-llama", "backend.precision=float32", "learning_rate=1e-2", "num_epochs=2",

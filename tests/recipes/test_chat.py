@@ -8,8 +8,8 @@ import pytest
 import tinker
 
 from recipes import chat
+from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import save_checkpoint
-from recipes_lib.cli import config_from_argv
 from recipes_lib.exceptions import CheckpointError, ConfigurationError
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import Message, get_renderer

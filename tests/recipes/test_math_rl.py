@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from recipes import math_rl
+from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import load_checkpoints
-from recipes_lib.cli import config_from_argv
 from recipes_lib.logging import read_metrics
 from rl.envs.gsm8k import Gsm8kDatasetBuilder
 

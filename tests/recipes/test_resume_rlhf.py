@@ -5,8 +5,8 @@ equal an uninterrupted pipeline's."""
 from pathlib import Path
 
 from recipes import rlhf_pipeline
+from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import load_checkpoints
-from recipes_lib.cli import config_from_argv
 from tests.kill_resume import KillInBackground, assert_same_metrics, metrics, start
 
 ARGS = ["model_name=recipes/tiny-llama", "backend.precision=float32", "batch_size=4", "max_steps=4",

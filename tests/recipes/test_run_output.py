@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from recipes import dpo_basic, rl_basic, sl_basic
-from recipes_lib.cli import config_from_argv
+from recipes_lib.argv import config_from_argv
 from recipes_lib.logging import read_metrics
 from recipes_lib.progress import format_value
 

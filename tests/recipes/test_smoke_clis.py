@@ -10,7 +10,7 @@ import pytest
 
 from preference import train_dpo_cli
 from recipes.preference import train as preference_train
-from recipes_lib.cli import config_from_argv
+from recipes_lib.argv import config_from_argv
 from recipes_lib.logging import read_metrics
 from rl import train_cli as rl_cli
 from supervised import train_cli as sl_cli

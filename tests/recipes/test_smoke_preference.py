@@ -7,8 +7,8 @@ from pathlib import Path
 from recipes import dpo_basic, rlhf_pipeline
 from recipes.prompt_distillation import create_data
 from recipes.prompt_distillation import train as distill_train
+from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import load_checkpoints
-from recipes_lib.cli import config_from_argv
 from recipes_lib.logging import read_metrics
 
 TINY = ["model_name=recipes/tiny-llama", "backend.precision=float32"]

@@ -6,8 +6,8 @@ import chz
 import pytest
 
 from recipes import sl_basic, sl_loop
+from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import load_checkpoints
-from recipes_lib.cli import config_from_argv
 from recipes_lib.logging import read_metrics
 
 TINY = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=2"]

@@ -3,8 +3,8 @@
 from pathlib import Path
 
 from recipes.twenty_questions import train
+from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import load_checkpoints
-from recipes_lib.cli import config_from_argv
 from recipes_lib.logging import read_metrics
 from rl.transcripts import TRANSCRIPTS_DIR
 

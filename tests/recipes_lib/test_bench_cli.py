@@ -3,8 +3,8 @@
 import chz
 import pytest
 
+from recipes_lib.argv import config_from_argv
 from recipes_lib.bench import BenchConfig
-from recipes_lib.cli import config_from_argv
 
 
 def test_keys_and_defaults() -> None:

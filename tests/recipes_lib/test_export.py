@@ -10,8 +10,8 @@ import tinker
 import torch
 
 from recipes_lib import export
+from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import save_checkpoint
-from recipes_lib.cli import config_from_argv
 from recipes_lib.exceptions import CheckpointError, ConfigurationError
 from tests.lora_training import train_on_tokens
 

@@ -15,8 +15,9 @@ import pytest
 from recipes import sl_basic
 from recipes.prompt_distillation import create_data
 from recipes_lib import sweep
+from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import CHECKPOINTS_FILE, CheckpointRecord, load_checkpoints
-from recipes_lib.cli import check_log_dir, config_from_argv, user_errors
+from recipes_lib.cli import check_log_dir, user_errors
 from recipes_lib.exceptions import CheckpointError, ConfigurationError, DataFormatError
 from recipes_lib.jsonl import read_jsonl
 from recipes_lib.logging import read_metrics, truncate_metrics

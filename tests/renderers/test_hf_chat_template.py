@@ -37,7 +37,7 @@ from recipes_lib.model_info import get_recommended_renderer_name
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import Message, Renderer, ToolCall, TrainOnWhat, get_renderer
 from renderers.hf_chat_template import HFChatTemplateRenderer
-from supervised.data import conversation_to_datum
+from supervised.datums import conversation_to_datum
 from tests.renderers.conversation_corpus import Case, chat_corpus, qwen_corpus
 from tests.renderers.template_reference import read_template
 

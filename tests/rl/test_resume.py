@@ -8,8 +8,8 @@ from pathlib import Path
 import chz
 import pytest
 
+from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import load_checkpoints
-from recipes_lib.cli import config_from_argv
 from rl import train
 from tests.kill_resume import KillInBackground, assert_same_metrics, metrics, start
 

@@ -11,7 +11,7 @@ import pytest
 
 from recipes import chat
 from recipes.distillation import on_policy
-from recipes_lib.cli import config_from_argv
+from recipes_lib.argv import config_from_argv
 from recipes_lib.logging import read_metrics
 from recipes_lib.server.serve import ThreadedServer
 from tests.server.test_recipes_through_server import LOCAL, _tinker, assert_same_metrics

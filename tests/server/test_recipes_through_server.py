@@ -14,8 +14,8 @@ import chz
 import pytest
 
 from recipes import dpo_basic, quickstart, rl_basic, sl_basic
+from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import load_checkpoints
-from recipes_lib.cli import config_from_argv
 from recipes_lib.logging import read_metrics
 from recipes_lib.server.serve import ThreadedServer
 

@@ -8,7 +8,7 @@ import pytest
 from recipes_lib.exceptions import DataFormatError
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import TrainOnWhat, get_renderer
-from supervised.data import (
+from supervised.datums import (
     compute_mean_nll,
     conversation_to_datum,
     datum_from_tokens_weights,

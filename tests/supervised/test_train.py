@@ -8,8 +8,8 @@ import pytest
 
 from recipes import sl_basic
 from recipes_lib import cli
+from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import CheckpointRecord, load_checkpoints
-from recipes_lib.cli import config_from_argv
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.hyperparams import get_lr
 from supervised import train

@@ -28,14 +28,30 @@ import ctypes
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 
-if TYPE_CHECKING:
-    from recipes_lib.backends.local.engine import LocalEngine
-
 T = TypeVar("T")
+
+
+class HostedEngine(Protocol):
+    """What the main thread needs of the engine it serves (`engine.LocalEngine`)."""
+
+    def serve(self) -> None:
+        """Run the engine's requests on this thread until it is released."""
+
+    def release(self) -> None:
+        """Stop `serve` once the recipe is done."""
+
+    def interrupt(self) -> int:
+        """Fail the requests in flight (Ctrl-C); the number failed."""
+
+    def recover(self) -> bool:
+        """Serve later requests on a worker thread after an interrupt; False if the old one hangs on."""
+
+    def ensure_worker(self) -> None:
+        """Serve later requests on a worker thread."""
 
 
 @dataclass
@@ -44,7 +60,7 @@ class _Hosting:
 
     cond: threading.Condition = field(default_factory=threading.Condition)
     client: threading.Thread | None = None
-    engine: "LocalEngine | None" = None
+    engine: HostedEngine | None = None
     done: bool = False
     on_interrupt: Callable[[], None] | None = None
     result: Any = None
@@ -54,7 +70,7 @@ class _Hosting:
 _active: _Hosting | None = None
 
 
-def adopt(engine: "LocalEngine") -> bool:
+def adopt(engine: HostedEngine) -> bool:
     """Called by a new engine: True when the main thread will serve it (it then starts no worker)."""
     hosting = _active
     if hosting is None or threading.current_thread() is not hosting.client:
