@@ -1,4 +1,4 @@
-"""`CustomEvaluator`: the spec's hand-written `SamplingClientEvaluator`, over our classes.
+"""`CustomEvaluator`: the Tinker docs' hand-written `SamplingClientEvaluator`, over our classes.
 
 A list of `{"input": question, "output": reference}` rows and a grader function
 `grader_fn(response, reference) -> bool`; each question is asked as a user message, answered by
@@ -9,7 +9,7 @@ the model through its renderer, and graded. Returns `{"accuracy": fraction corre
                                 model_name="HuggingFaceTB/SmolLM2-135M-Instruct", renderer_name="smollm2")
     print(await evaluator(sampling_client))   # {'accuracy': 0.67}
 
-Unlike the spec's loop, the questions are asked concurrently, so the local engine samples them as
+Unlike the Tinker docs' loop, the questions are asked concurrently, so the local engine samples them as
 one batch and the hosted API in parallel.
 """
 
@@ -33,8 +33,8 @@ class CustomEvaluator(SamplingClientEvaluator):
         dataset: rows with an "input" (the question) and an "output" (the reference answer).
         grader_fn: `grader_fn(response_text, reference) -> bool`.
         model_name, renderer_name: the base model's tokenizer and chat-template renderer.
-        max_tokens, temperature: sampling settings (the spec's 100 and 0.7 by default).
-        name: metric prefix; "" gives the spec's bare `accuracy`.
+        max_tokens, temperature: sampling settings (the Tinker docs' 100 and 0.7 by default).
+        name: metric prefix; "" gives the Tinker docs' bare `accuracy`.
     """
 
     def __init__(

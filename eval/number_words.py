@@ -13,8 +13,8 @@ held-out numbers are disjoint. Training numbers are drawn with the four magnitud
 100-999, 1000-9999) equally likely. Held-out numbers are drawn equally from 20-99, 100-999 and
 1000-9999: the numbers 1-19 all stay in training, because each is a word of its own ("three",
 "eleven") that no other number's answer spells out alone, so a model cannot infer it; held out,
-they measure memory, not the rule. (reference/learning-feasibility.md lost 6 of 7 held-out
-one-digit numbers this way; a first run of this recipe lost 11 and 13, answering "teneen".)
+they measure memory, not the rule. (A first run of this recipe, with them held out, lost 11
+and 13, answering "teneen".)
 
 The task (numbers, split, prompts, references) and its greedy exact-match evaluator live here, in
 `eval`, below the training pipelines: `supervised.number_words` trains on it and

@@ -50,7 +50,7 @@ class Config:
     dataset_builder: DPODatasetBuilder  # comparisons -> (chosen, rejected) pairs, batch_size pairs a step
     renderer_name: str | None = None  # overrides dataset_builder.renderer_name when set (default: model's)
     load_checkpoint_path: str | None = None  # start (and reference) from these weights, e.g. an SFT run's
-    learning_rate: float = 1e-5  # DPO wants a lower rate than SFT (the spec suggests 1e-5 to 1e-6 full FT)
+    learning_rate: float = 1e-5  # DPO wants a lower rate than SFT (the Tinker docs suggest 1e-5 to 1e-6 full FT)
     lr_schedule: LRSchedule = "linear"  # decay of learning_rate over the run
     dpo_beta: float = 0.1  # strength of the pull toward the reference: larger = stay closer
     num_epochs: int = 1  # passes over the training pairs

@@ -30,7 +30,7 @@ EXAMPLES = [
 @chz.chz
 class Config:
     model_name: str = SMOLLM2_NAME
-    steps: int = 6  # updates on the same batch, as in the spec's example
+    steps: int = 6  # updates on the same batch, as in the Tinker docs' example
     learning_rate: float = 1e-4
     seed: int | None = 0  # of the LoRA initialisation, so runs (and backends) are comparable; None: random
     backend: BackendConfig = backend_field()
@@ -47,7 +47,7 @@ def process_example(example: dict[str, str], tokenizer: object) -> types.Datum:
     completion_tokens = tokenizer.encode(f" {example['output']}\n\n", add_special_tokens=False)  # type: ignore[attr-defined]
     tokens = prompt_tokens + completion_tokens
     weights = [0.0] * len(prompt_tokens) + [1.0] * len(completion_tokens)
-    # Plain lists are converted to TensorData by Datum (dtype inferred from the key), as in the spec.
+    # Plain lists are converted to TensorData by Datum (dtype inferred from the key), as in the Tinker docs.
     loss_fn_inputs: dict[str, Any] = {"weights": weights[1:], "target_tokens": tokens[1:]}
     return types.Datum(model_input=types.ModelInput.from_ints(tokens=tokens[:-1]), loss_fn_inputs=loss_fn_inputs)
 

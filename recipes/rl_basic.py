@@ -29,7 +29,7 @@ from rl.types import RLDatasetBuilder
 
 LOG_PATH = "/tmp/recipes-examples/rl_basic"
 ENVS: dict[str, Entry] = {
-    # The settings measured in reference/learning-feasibility.md (run R1).
+    # The settings whose held-out accuracy scripts/reproduce.sh measures (the README's table).
     "arithmetic": Preset(ArithmeticDatasetBuilder, n_batches=60, test_size=100,
                          format_coef=0.0),  # lenient: only the sum counts
     "guess_number": Preset(GuessNumberDatasetBuilder, n_batches=60),

@@ -29,7 +29,7 @@ from supervised.number_words import SYSTEM_PROMPT, NumberWordsBuilder, NumberWor
 from supervised.types import ChatDatasetBuilderCommonConfig, SupervisedDatasetBuilder
 
 LOG_PATH = "/tmp/recipes-examples/sl_basic"
-DATASETS = {  # the measured recipe: reference/learning-feasibility.md
+DATASETS = {  # the measured recipe: scripts/reproduce.sh runs it for the README's table
     "number_words": Preset(NumberWordsBuilder, num_train=2560,  # 160 steps of 16
                            num_heldout=48, seed=0,
                            system_prompt=SYSTEM_PROMPT,  # shorter than SmolLM2's default: faster steps

@@ -39,7 +39,7 @@ class Config:
     file_path: str = EXAMPLE_FILE  # one {"messages": [...]} per line
     batch_size: int = 8
     num_epochs: int = 3
-    learning_rate: float = get_lr(SMOLLM2_NAME)  # the spec's formula; ~1.3e-3 for SmolLM2
+    learning_rate: float = get_lr(SMOLLM2_NAME)  # the Tinker docs' formula; ~1.3e-3 for SmolLM2
     max_length: int = 1024
     train_on_what: TrainOnWhat = TrainOnWhat.ALL_ASSISTANT_MESSAGES
     lora_rank: int = 32

@@ -3,7 +3,7 @@
 All three read the architecture recorded in `recipes_lib.model_info`, so they work offline and fail
 with the list of known models for any other name.
 
-The learning-rate formula is the spec's ("Supervised Learning Hyperparameters"):
+The learning-rate formula is the Tinker docs' ("Supervised Learning Hyperparameters"):
 
     LR(m) = lr_base * M_LoRA * (2000 / H_m) ** P_m
 
@@ -55,11 +55,11 @@ def adam_params(learning_rate: float, beta1: float = ADAM_BETA1, beta2: float = 
 def get_lora_lr_over_full_finetune_lr(model_name: str, lora_alpha: int = 32) -> float:
     """The factor from a full fine-tuning LR to the equivalent LoRA LR: `hidden_size / (2 * lora_alpha)`.
 
-    With the default alpha of 32 this is hidden/64, which gives exactly the factors the spec's LoRA
+    With the default alpha of 32 this is hidden/64, which gives exactly the factors the Tinker docs' LoRA
     primer quotes: 32 for Llama-3.2-1B (hidden 2048) and 128 for Llama-3.1-70B (hidden 8192). A
     1/sqrt(params) rule cannot give both (their parameter ratio is ~57, whose square root is 7.5, not
     the 4 between 32 and 128); the factor is linear in the hidden size.
-    `get_lr` does not use this factor: its M_LoRA = 10 is the spec's sweep-calibrated multiplier.
+    `get_lr` does not use this factor: its M_LoRA = 10 is the Tinker docs' sweep-calibrated multiplier.
     """
     return get_model_attributes(model_name).hidden_size / (2 * lora_alpha)
 

@@ -1,7 +1,7 @@
 """`python -m recipes_lib.plot log_paths=LOG_PATH[,LOG_PATH...]`: PNG charts of runs from their `metrics.jsonl`.
 
 One run writes `LOG_PATH/metrics.png`: a panel per group of metrics the run logged, whatever its
-pipeline (metric names as the spec writes them):
+pipeline (metric names as the Tinker docs write them):
 
     supervised   loss (train_mean_nll, test/nll), held-out exact match (test/exact_match), learning rate
     RL           reward (env/all/reward/total, test/...), correct (env/all/correct, test/env/all/correct),

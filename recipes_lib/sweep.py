@@ -4,7 +4,7 @@ Each subfolder of DIR that holds a run (`config.json` + `metrics.jsonl`, as `scr
 writes them) becomes one row: its learning rate, final train loss (`train_mean_nll` of the last
 step), final test loss (`test/nll`), held-out accuracy (the last `*/exact_match` or `*/accuracy`)
 and progress. The best finished run is marked: lowest final test loss when every finished run has
-one, else lowest final train loss (as in the spec's "Sweep case study"). A PNG of final loss
+one, else lowest final train loss (as in the Tinker docs' "Sweep case study"). A PNG of final loss
 against learning rate (log scale) is written to `DIR/lr_sweep.png`.
 
 Nothing is left out silently: a run whose loss went to NaN shows `nan` and "diverged" (it is never
@@ -28,7 +28,7 @@ from recipes_lib.exceptions import ConfigurationError, DataFormatError
 from recipes_lib.logging import CONFIG_FILE, METRICS_FILE, read_metrics
 
 SWEEP_PLOT = "lr_sweep.png"
-FINISHED_PROGRESS = 0.98  # the spec's threshold for "the experiment is completed"
+FINISHED_PROGRESS = 0.98  # the Tinker docs' threshold for "the experiment is completed"
 ACCURACY_SUFFIXES = ("/exact_match", "/accuracy")
 
 

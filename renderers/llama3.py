@@ -1,7 +1,7 @@
 """Llama-3 Instruct (`llama3`): `<|start_header_id|>{role}<|end_header_id|>\\n\\n{content}<|eot_id|>`.
 
 As the Llama-3 template does, the conversation starts with `<|begin_of_text|>` and each content is
-stripped of surrounding whitespace. Like the spec's renderer, it omits the "Cutting Knowledge Date"
+stripped of surrounding whitespace. Like the Tinker docs' renderer, it omits the "Cutting Knowledge Date"
 system preamble that Llama-3.1's hub template adds. No tool calls or thinking.
 """
 

@@ -1,4 +1,4 @@
-"""RL metrics (pure), named as the spec names them.
+"""RL metrics (pure), named as the Tinker docs name them.
 
 Trajectory metrics, under `env/all/` and, for a tag that selects only some groups, `env/<tag>/`:
 

@@ -8,7 +8,7 @@
         def check_answer(self, reply): return last_integer(reply) == self.a + self.b
         def check_format(self, reply): return last_integer(reply) is not None
 
-The reward is the spec's: `correct + format_coef * (format - 1)`, so a correct, well-formatted
+The reward is the Tinker docs': `correct + format_coef * (format - 1)`, so a correct, well-formatted
 reply earns 1, and a badly formatted one loses `format_coef`. A reply cut off before the
 renderer's stop sequence counts as badly formatted (unless `require_stop_for_format=False`).
 """

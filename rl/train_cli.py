@@ -22,7 +22,7 @@ compared) set the environment's `batch_size` and `group_size`; `env.<key>=...` s
 setting of the chosen environment. Every other key is a field of `rl.train.Config`.
 
 `env=hhh` lives in `preference`, a layer above this one: the table names it as a string, imported
-only when chosen. This CLI is the one place `rl` reaches up, because the spec puts it here.
+only when chosen. This CLI is the one place `rl` reaches up, because the Tinker docs put it here.
 """
 
 import chz

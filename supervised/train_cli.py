@@ -19,7 +19,7 @@ and `dataset.<key>=...` sets that builder's own settings (`dataset.common_config
 
 The preference-model data lives in `preference`, a layer above this one: the table names it as a
 string, imported only when `dataset=hhh|helpsteer3|ultrafeedback` is chosen. This CLI is the one
-place `supervised` reaches up, because the spec puts it here; the rest of the package does not.
+place `supervised` reaches up, because the Tinker docs put it here; the rest of the package does not.
 """
 
 from pathlib import Path

@@ -55,15 +55,15 @@ def imported_modules(source: Path, root: Path = REPO_ROOT) -> list[tuple[int, st
     return found
 
 
-# Modules at the spec's paths (tinker-cookbook names, see tests/test_spec_map.py) that must reach a
+# Modules at the Tinker docs' paths (tinker-cookbook names, see tests/test_spec_map.py) that must reach a
 # layer above their package: they name the higher module as a string (`"preference.datasets:X"`,
 # `import_module("eval.evaluators")`) and import it only when used. Each is an entry point or a
 # re-export shim, never a dependency: no other module may import them.
 SPEC_SHIMS: dict[str, str] = {
     "recipes_lib/evaluators.py": "tinker_cookbook.evaluators re-exports eval.evaluators",
     "recipes_lib/run_inspect_evals.py": "python -m tinker_cookbook.run_inspect_evals runs eval's CLI",
-    "supervised/train_cli.py": "the spec's supervised CLI trains the preference model (dataset=hhh)",
-    "rl/train_cli.py": "the spec's RL CLI offers env=hhh from preference",
+    "supervised/train_cli.py": "the Tinker docs' supervised CLI trains the preference model (dataset=hhh)",
+    "rl/train_cli.py": "the Tinker docs' RL CLI offers env=hhh from preference",
 }
 
 

@@ -1,5 +1,5 @@
 """Nothing a user has is lost, and no run silently does nothing: the second bad-input probe's LOSS,
-HANG and SILENT rows (shared/reference/bad-inputs-2026-12-01.md), each as the user met it.
+HANG and SILENT rows (a probe of 2026-12-01, tried as a new user would), each as the user met it.
 
 Rows: X8/X9/X4/X10 export deletes; L22 a symlinked run folder; L24 two runs in one folder; L27 a
 run's own temporary files; E7 an empty RECIPES_HOME; S11 a huge sample request; S14 training past

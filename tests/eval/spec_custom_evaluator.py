@@ -1,7 +1,7 @@
-# ruff: noqa: I001, UP035  (the spec's import layout, kept so the diff to the spec is imports only)
+# ruff: noqa: I001, UP035  (the Tinker docs' import layout, kept so the diff to the Tinker docs is imports only)
 """The spec's `CustomEvaluator` example (page "Evaluations"), verbatim except its imports.
 
-Changed imports (the spec's line in each comment); the class body is the spec's, unchanged.
+Changed imports (the Tinker docs' line in each comment); the class body is the Tinker docs', unchanged.
 """
 
 from typing import Any, Callable

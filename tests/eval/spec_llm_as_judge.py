@@ -1,7 +1,7 @@
-# ruff: noqa: I001, UP035  (the spec's import layout, kept so the diff to the spec is imports only)
+# ruff: noqa: I001, UP035  (the Tinker docs' import layout, kept so the diff to the Tinker docs is imports only)
 """The spec's LLM-as-judge Inspect task (page "Evaluations"), verbatim except imports and model names.
 
-Changed lines carry the spec's original in a comment: the two imports, and the model names (the
+Changed lines carry the Tinker docs' original in a comment: the two imports, and the model names (the
 spec's Llama-3.1-8B is not available offline; the tests use the tiny test model with its renderer).
 """
 
@@ -14,8 +14,8 @@ from inspect_ai.scorer import model_graded_qa
 from inspect_ai.solver import generate
 from eval.inspect_bridge import InspectAPIFromTinkerSampling  # from tinker_cookbook.eval.inspect_utils import ...
 
-MODEL_NAME = "recipes/tiny-llama"  # the spec writes "meta-llama/Llama-3.1-8B-Instruct" in the lines below
-RENDERER_NAME = "smollm2"  # the spec writes "llama3"
+MODEL_NAME = "recipes/tiny-llama"  # the Tinker docs write "meta-llama/Llama-3.1-8B-Instruct" in the lines below
+RENDERER_NAME = "smollm2"  # the Tinker docs write "llama3"
 
 QA_DATASET = MemoryDataset(
     name="qa_dataset",

@@ -1,4 +1,4 @@
-"""Learning rate, LoRA-vs-full factor and LoRA parameter counts against the spec's numbers."""
+"""Learning rate, LoRA-vs-full factor and LoRA parameter counts against the Tinker docs' numbers."""
 
 import pytest
 

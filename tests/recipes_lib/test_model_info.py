@@ -1,4 +1,4 @@
-"""Model registry: every lineup model is known, with the spec's facts; unknown names list the known ones."""
+"""Model registry: every lineup model is known, with the Tinker docs' facts; unknown names list the known ones."""
 
 import pytest
 
