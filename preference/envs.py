@@ -27,7 +27,7 @@ from recipes_lib.backends.protocols import SamplingClient
 from recipes_lib.exceptions import ConfigurationError
 from renderers import Message, Renderer
 from renderers.completers import TinkerMessageCompleter
-from rl.dataset import renderer_for
+from rl.dataset import TaskDatasetBuilder, renderer_for
 from rl.types import (
     Action,
     Env,
@@ -35,7 +35,6 @@ from rl.types import (
     Metrics,
     Observation,
     RLDataset,
-    RLDatasetBuilder,
     StepResult,
     StopCondition,
     Trajectory,
@@ -144,25 +143,16 @@ def unique_prompts(comparisons: Sequence[LabeledComparison]) -> list[list[Messag
 
 
 @chz.chz
-class PairwisePreferenceRLDatasetBuilder(RLDatasetBuilder):
+class PairwisePreferenceRLDatasetBuilder(TaskDatasetBuilder):
     """RL on the prompts of a comparison dataset, rewarded by a trained preference model."""
 
     comparison_builder: ComparisonDatasetBuilder  # only its prompts are used (train split)
     preference_model_builder: PreferenceModelBuilder
-    model_name_for_tokenizer: str  # the policy's
-    renderer_name: str | None = None
-    batch_size: int = 8  # groups (prompts) per iteration
-    group_size: int = 4  # replies per prompt, compared pairwise
     tournament: TournamentPattern = "all_pairs_both_ways"
-
-    @chz.validate
-    def _check(self) -> None:
-        if self.group_size < 2:
-            raise ConfigurationError(f"group_size must be >= 2 for pairwise comparisons, got {self.group_size}.")
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         train, _ = self.comparison_builder()
-        renderer = renderer_for(self.model_name_for_tokenizer, self.renderer_name)
+        renderer = self.renderer()
         dataset = PromptGroupsDataset(unique_prompts(train), renderer, self.preference_model_builder(),
                                       self.batch_size, self.group_size, self.tournament)
         return dataset, None

@@ -1,5 +1,5 @@
-"""Ready-made dataset pieces, so a task needs only its `Env`: groups of copies, list-backed batches,
-and the renderer of a model.
+"""Ready-made dataset pieces, so a task needs only its `Env`: the fields every task's dataset builder
+shares, groups of copies, list-backed batches, and the renderer of a model.
 
     builders = [RepeatedEnvGroupBuilder(functools.partial(MyEnv, problem), num_envs=4) for problem in problems]
     dataset = ListRLDataset(builders, batch_size=8)
@@ -8,16 +8,44 @@ and the renderer of a model.
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import chz
+
+from recipes_lib.config import check_group_size, check_positive
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import Renderer, get_renderer
-from rl.types import Env, EnvGroupBuilder, RLDataset
+from rl.types import Env, EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 
 def renderer_for(model_name: str, renderer_name: str | None = None) -> Renderer:
     """The renderer `renderer_name` over `model_name`'s tokenizer (None: the model's recommended one)."""
     return get_renderer(resolve_renderer_name(model_name, renderer_name), get_tokenizer(model_name))
+
+
+@chz.chz
+class TaskDatasetBuilder(RLDatasetBuilder):
+    """The fields every task's RL dataset builder shares, declared and checked once (as SFT's builders
+    share `ChatDatasetBuilderCommonConfig`); a task's builder adds its own. The keys stay flat, as
+    in tinker-cookbook's builders: `dataset_builder.group_size=8`."""
+
+    # The policy's base model, whose tokenizer renders the prompts.
+    model_name_for_tokenizer: str
+    # None: the model's recommended renderer.
+    renderer_name: str | None = None
+    # Groups (problems, games, prompts) per training step.
+    batch_size: int = 8
+    # Rollouts per group: the samples whose rewards are compared for advantages.
+    group_size: int = 4
+
+    @chz.validate
+    def _check_batch_and_group(self) -> None:
+        check_group_size(self.group_size)
+        check_positive(batch_size=self.batch_size)
+
+    def renderer(self) -> Renderer:
+        """The renderer the prompts are written with."""
+        return renderer_for(self.model_name_for_tokenizer, self.renderer_name)
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,13 @@ from typing import Any, Literal
 
 import chz
 
-from recipes_lib.config import check_group_size, check_positive
+from recipes_lib.config import check_positive
 from recipes_lib.exceptions import ConfigurationError, DataFormatError
 from recipes_lib.hub_data import load_hub_split, load_jsonl_split
 from renderers import Message, Renderer
-from rl.dataset import ListRLDataset, renderer_for
+from rl.dataset import ListRLDataset, TaskDatasetBuilder
 from rl.problem_env import ProblemEnv, ProblemGroupBuilder
-from rl.types import RLDataset, RLDatasetBuilder
+from rl.types import RLDataset
 
 HENDRYCKS_MATH = "EleutherAI/hendrycks_math"
 MATH_SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",
@@ -165,13 +165,9 @@ def problem_groups(renderer: Renderer, rows: Sequence[dict[str, str]], group_siz
 
 
 @chz.chz
-class MathDatasetBuilder(RLDatasetBuilder):
+class MathDatasetBuilder(TaskDatasetBuilder):
     """Hendrycks MATH (train split, shuffled) for training, MATH-500 for testing."""
 
-    batch_size: int
-    group_size: int
-    model_name_for_tokenizer: str
-    renderer_name: str | None = None
     # "standard": a worked one-shot example before each problem, showing the \boxed{} format.
     convo_prefix: ConvoPrefix | None = "standard"
     # How much a reply without \boxed{} loses.
@@ -187,12 +183,11 @@ class MathDatasetBuilder(RLDatasetBuilder):
 
     @chz.validate
     def _check(self) -> None:
-        check_group_size(self.group_size)
-        check_positive(batch_size=self.batch_size, max_test_problems=self.max_test_problems)
+        check_positive(max_test_problems=self.max_test_problems)
         convo_prefix_messages(self.convo_prefix)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        renderer = renderer_for(self.model_name_for_tokenizer, self.renderer_name)
+        renderer = self.renderer()
         prefix = convo_prefix_messages(self.convo_prefix)
         test_rows = load_math_rows("test", self.test_hf_path, [None], self.test_file)
         held_out = {row["problem"] for row in test_rows}

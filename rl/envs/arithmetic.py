@@ -14,12 +14,11 @@ from collections.abc import Sequence
 
 import chz
 
-from recipes_lib.config import check_group_size
 from recipes_lib.exceptions import ConfigurationError
 from renderers import Renderer
-from rl.dataset import ListRLDataset, renderer_for
+from rl.dataset import ListRLDataset, TaskDatasetBuilder
 from rl.problem_env import ProblemEnv, ProblemGroupBuilder, last_integer
-from rl.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from rl.types import EnvGroupBuilder, RLDataset
 
 Problem = tuple[int, int]
 
@@ -83,15 +82,9 @@ class ArithmeticDataset(RLDataset):
 
 
 @chz.chz
-class ArithmeticDatasetBuilder(RLDatasetBuilder):
+class ArithmeticDatasetBuilder(TaskDatasetBuilder):
     """Sums of two integers in [low, high]; a held-out test set of `test_size` problems."""
 
-    model_name_for_tokenizer: str
-    # None: the model's recommended renderer.
-    renderer_name: str | None = None
-    # Problems per iteration, and samples per problem (the group whose rewards are compared).
-    batch_size: int = 8
-    group_size: int = 4
     n_batches: int = 100
     # Operand range; 1..20 is where SmolLM2 has signal (1..99 gives almost none).
     low: int = 1
@@ -101,12 +94,8 @@ class ArithmeticDatasetBuilder(RLDatasetBuilder):
     format_coef: float = 0.1
     seed: int = 0
 
-    @chz.validate
-    def _check_group_size(self) -> None:
-        check_group_size(self.group_size)
-
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        renderer = renderer_for(self.model_name_for_tokenizer, self.renderer_name)
+        renderer = self.renderer()
         train, test = split_problems(self.low, self.high, self.test_size, self.seed)
         dataset = ArithmeticDataset(renderer, train, self.batch_size, self.group_size, self.n_batches, self.seed,
                                     self.format_coef)

@@ -19,14 +19,13 @@ from typing import Any
 
 import chz
 
-from recipes_lib.config import check_group_size
 from recipes_lib.exceptions import DataFormatError
 from recipes_lib.hub_data import load_hub_split, load_jsonl_split
 from renderers import Message, Renderer
-from rl.dataset import ListRLDataset, renderer_for
+from rl.dataset import ListRLDataset, TaskDatasetBuilder
 from rl.math_env import ConvoPrefix, convo_prefix_messages
 from rl.problem_env import ProblemEnv, ProblemGroupBuilder
-from rl.types import RLDataset, RLDatasetBuilder
+from rl.types import RLDataset
 
 INSTRUCTION = "Solve the problem step by step, then write the final answer as \\boxed{number}."
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
@@ -106,13 +105,9 @@ def problem_groups(renderer: Renderer, rows: Sequence[dict[str, Any]], group_siz
 
 
 @chz.chz
-class Gsm8kDatasetBuilder(RLDatasetBuilder):
+class Gsm8kDatasetBuilder(TaskDatasetBuilder):
     """GSM8K's train split (shuffled) for training, its test split for evaluation."""
 
-    model_name_for_tokenizer: str
-    renderer_name: str | None = None
-    batch_size: int = 8
-    group_size: int = 4
     # Test problems to evaluate on (the split has 1,319; None: all).
     max_test_problems: int | None = 100
     format_coef: float = 0.1
@@ -126,12 +121,11 @@ class Gsm8kDatasetBuilder(RLDatasetBuilder):
     test_file: str | None = None
 
     @chz.validate
-    def _check_group_size(self) -> None:
-        check_group_size(self.group_size)
+    def _check_convo_prefix(self) -> None:
         convo_prefix_messages(self.convo_prefix)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        renderer = renderer_for(self.model_name_for_tokenizer, self.renderer_name)
+        renderer = self.renderer()
         prefix = convo_prefix_messages(self.convo_prefix)
         train_rows = load_rows("train", self.hf_path, self.hf_name, self.train_file)
         random.Random(self.seed).shuffle(train_rows)

@@ -15,12 +15,11 @@ from collections.abc import Sequence
 
 import chz
 
-from recipes_lib.config import check_group_size
 from renderers import Message, Renderer
-from rl.dataset import ListRLDataset, RepeatedEnvGroupBuilder, renderer_for
+from rl.dataset import ListRLDataset, RepeatedEnvGroupBuilder, TaskDatasetBuilder
 from rl.message_env import EnvFromMessageEnv, MessageEnv, MessageStepResult
 from rl.problem_env import last_integer
-from rl.types import Env, EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from rl.types import Env, EnvGroupBuilder, RLDataset
 
 
 def partner_reply(guess: int | None, secret: int, low: int, high: int) -> str:
@@ -75,25 +74,17 @@ def game_groups(renderer: Renderer, secrets: Sequence[int], group_size: int, low
 
 
 @chz.chz
-class GuessNumberDatasetBuilder(RLDatasetBuilder):
+class GuessNumberDatasetBuilder(TaskDatasetBuilder):
     """Games with random secrets in [low, high]; the test set plays every secret once."""
 
-    model_name_for_tokenizer: str
-    renderer_name: str | None = None
-    batch_size: int = 8
-    group_size: int = 4
     n_batches: int = 50
     low: int = 1
     high: int = 16
     max_turns: int = 6
     seed: int = 0
 
-    @chz.validate
-    def _check_group_size(self) -> None:
-        check_group_size(self.group_size)
-
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        renderer = renderer_for(self.model_name_for_tokenizer, self.renderer_name)
+        renderer = self.renderer()
         rng = random.Random(self.seed)
         secrets = [rng.randint(self.low, self.high) for _ in range(self.batch_size * self.n_batches)]
         args = (self.low, self.high, self.max_turns)

@@ -33,13 +33,13 @@ from pathlib import Path
 import chz
 
 from recipes_lib.backends import make_service_client
-from recipes_lib.config import BackendConfig, backend_field, check_group_size, check_positive
+from recipes_lib.config import BackendConfig, backend_field, check_positive
 from recipes_lib.exceptions import ConfigurationError, DataFormatError
 from renderers import Message, Renderer
 from renderers.completers import MessageCompleter, TinkerMessageCompleter
-from rl.dataset import ListRLDataset, RepeatedEnvGroupBuilder, renderer_for
+from rl.dataset import ListRLDataset, RepeatedEnvGroupBuilder, TaskDatasetBuilder, renderer_for
 from rl.message_env import EnvFromMessageEnv, MessageEnv, MessageStepResult
-from rl.types import Env, EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from rl.types import Env, EnvGroupBuilder, RLDataset
 
 TRAIN_WORDS_FILE = "twenty_questions_train.txt"
 TEST_WORDS_FILE = "twenty_questions_test.txt"
@@ -198,14 +198,9 @@ def make_game(renderer: Renderer, answerer: MessageCompleter, secret: str, max_t
 
 
 @chz.chz
-class TwentyQuestionsDatasetBuilder(RLDatasetBuilder):
+class TwentyQuestionsDatasetBuilder(TaskDatasetBuilder):
     """Games on the training words (shuffled, cycled) and, for testing, one game per test word."""
 
-    model_name_for_tokenizer: str
-    renderer_name: str | None = None
-    # Games (distinct secret words) per batch, and games per secret word (compared for advantages).
-    batch_size: int = 8
-    group_size: int = 4
     # Training batches (None: one pass over the training words).
     n_batches: int | None = None
     # Player turns per game (questions and guesses alike).
@@ -231,8 +226,7 @@ class TwentyQuestionsDatasetBuilder(RLDatasetBuilder):
 
     @chz.validate
     def _check(self) -> None:
-        check_group_size(self.group_size)
-        check_positive(batch_size=self.batch_size, n_batches=self.n_batches, max_turns=self.max_turns,
+        check_positive(n_batches=self.n_batches, max_turns=self.max_turns,
                        answerer_max_tokens=self.answerer_max_tokens, max_test_words=self.max_test_words)
         if self.num_candidates == 1 or self.num_candidates < 0:
             raise ConfigurationError(f"num_candidates must be 0 (the open game) or >= 2, got {self.num_candidates}.")
@@ -247,7 +241,7 @@ class TwentyQuestionsDatasetBuilder(RLDatasetBuilder):
         shared = sorted(set(train_words) & set(test_words))
         if shared:
             raise ConfigurationError(f"The training and test word lists share {len(shared)} words: {shared[:10]}.")
-        renderer = renderer_for(self.model_name_for_tokenizer, self.renderer_name)
+        renderer = self.renderer()
         groups = functools.partial(self._groups, renderer, self._answerer())
         n_batches = self.n_batches or len(train_words) // self.batch_size
         train_groups = groups(train_words, self._secrets(train_words, n_batches), self.group_size)
