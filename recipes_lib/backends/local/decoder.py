@@ -38,6 +38,9 @@ from recipes_lib.backends.local.projections import Deltas, FusedLinear, fused_we
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
 ROOM_STEP = 128  # KV-cache columns added at a time (a generation rarely needs its max_tokens)
+# A KV cache this large is copied from the prefill layer by layer with the freed memory returned in
+# between (glibc keeps freed blocks: the copy and the prefill's cache would otherwise add up).
+LARGE_CACHE_BYTES = 64 * 2**20
 
 
 def supports(model: nn.Module) -> bool:
@@ -195,20 +198,27 @@ class FusedDecoder:
         """Copy a prefill cache (one entry per prompt) into a cache with room for more tokens per row.
 
         Args:
-            prefill_cache: the Hugging Face cache of the prompts' left-padded prefill.
+            prefill_cache: the Hugging Face cache of the prompts' left-padded prefill, or a list of
+                them (the prefill of consecutive chunks of the prompts, all padded to one width).
             rows: for each decoded row, the index of its prompt in the prefill batch.
             mask_R_W: each row's prefill attention mask (1 on prompt tokens, 0 on padding).
             new_tokens: the most tokens any row may add (room grows in steps up to it).
         """
-        first = prefill_cache.layers[0].keys
+        caches = prefill_cache if isinstance(prefill_cache, list) else [prefill_cache]
+        first = caches[0].layers[0].keys
         width = first.shape[2]
         shape = (len(self.layers), len(rows), self.kv_heads, width + min(new_tokens, ROOM_STEP), self.head_dim)
         # Kept in the model's dtype, which holds k and v exactly; attention casts each layer's part.
         self.keys = first.new_empty(shape)
         self.values = first.new_empty(shape)
-        for i, layer in enumerate(prefill_cache.layers):
-            self.keys[i, :, :, :width] = layer.keys[rows]
-            self.values[i, :, :, :width] = layer.values[rows]
+        large = 2 * self.keys.nbytes > LARGE_CACHE_BYTES
+        for i in range(len(caches[0].layers)):
+            self.keys[i, :, :, :width] = _joined([cache.layers[i].keys for cache in caches])[rows]
+            self.values[i, :, :, :width] = _joined([cache.layers[i].values for cache in caches])[rows]
+            for cache in caches:  # copied: free the prefill's layer now, not after the last one
+                cache.layers[i].keys = cache.layers[i].values = None
+            if large:  # and give it back, so the copy and the prefill's cache never add up
+                return_freed_memory(first.device)
         self.mask = mask_R_W.bool()
         self.length = width
 
@@ -266,3 +276,8 @@ class FusedDecoder:
         self.length = t + 1
         logits = self.head(_rms_norm(x, self.final_norm))
         return logits if self.logit_processing is None else self.logit_processing(logits.float())
+
+
+def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
+    """The chunks' tensors along the batch dimension (the one tensor itself when there is one)."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts)

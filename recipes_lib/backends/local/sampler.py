@@ -38,6 +38,7 @@ from recipes_lib.backends.local.batch import micro_batches, pad_left_tokens, pad
 from recipes_lib.backends.local.decoder import FusedDecoder
 from recipes_lib.backends.local.decoder import supports as decoder_supports
 from recipes_lib.backends.local.logits import OutputHead
+from recipes_lib.backends.local.memory import return_freed_memory
 from recipes_lib.backends.local.precision import Precision
 from recipes_lib.backends.local.trainer import LOGIT_CHUNK_ROWS, MAX_MICROBATCH_TOKENS, token_logprobs
 from recipes_lib.exceptions import DataFormatError
@@ -259,17 +260,47 @@ def _prefill(
     """Left-padded forward over the distinct prompts; returns the cache, last logits, mask.
 
     `plain_head`: run the decoder and `OutputHead` on the last positions only (the fused decoder's
-    models); otherwise the model's whole forward, with whatever it does to its logits.
+    models), a chunk of prompts at a time (`prefill_chunk_rows`), returning the chunks' caches in
+    order; otherwise the model's whole forward, with whatever it does to its logits, in one go.
     """
     tokens, mask, positions = (t.to(precision.device) for t in pad_left_tokens(prompts))
     if not plain_head:  # the model's forward, with whatever it does to its logits
         out = model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
         return out.cache, out.logits[:, -1].float(), mask
-    out = model.get_decoder()(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True)
-    # The head on a 2-D slice: on the 3-D `[:, -1:]` view (`logits_to_keep=1`) torch's matmul
+    chunk = prefill_chunk_rows(model.config, tokens.shape[1])
+    caches, lasts = [], []
+    for start in range(0, len(prompts), chunk):
+        part = slice(start, start + chunk)
+        out = model.get_decoder()(input_ids=tokens[part], attention_mask=mask[part], position_ids=positions[part],
+                                  use_cache=True)
+        caches.append(out.cache)
+        lasts.append(out.last_hidden_state[:, -1].clone())
+        del out
+        if len(prompts) > chunk:  # the chunk's activations back to the system before the next one's
+            return_freed_memory(precision.device)
+    # The head on a 2-D tensor: on the 3-D `[:, -1:]` view (`logits_to_keep=1`) torch's matmul
     # copies the head weight once per prompt (~0.4 s for SmolLM2 on 8 prompts).
-    last_P_D = out.last_hidden_state[:, -1].contiguous()
-    return out.cache, OutputHead(model)(last_P_D), mask
+    last_P_D = torch.cat(lasts)
+    return caches, OutputHead(model)(last_P_D), mask
+
+
+# The most transient prefill memory (`prefill_row_bytes` per prompt) held at once: prompts beyond it
+# are prefilled a chunk at a time, and their caches decode together.
+PREFILL_CHUNK_BYTES = 256 * 2**20
+
+
+def prefill_row_bytes(config: Any, width: int) -> int:
+    """Transient memory of one prompt of `width` tokens in its prefill's widest moment: a padded batch
+    runs attention with a mask, which materializes the scores of every head (a few `width` x `width`
+    copies: scores, mask, softmax), beside the MLP's and the residual stream's activations; fp32."""
+    heads, hidden = int(config.num_attention_heads), int(config.hidden_size)
+    intermediate = int(getattr(config, "intermediate_size", None) or 4 * hidden)
+    return 4 * (4 * heads * width * width + width * (3 * intermediate + 8 * hidden))
+
+
+def prefill_chunk_rows(config: Any, width: int) -> int:
+    """Prompts of `width` tokens prefilled together: as many as fit `PREFILL_CHUNK_BYTES`, at least one."""
+    return max(1, PREFILL_CHUNK_BYTES // prefill_row_bytes(config, width))
 
 
 class _Step(Protocol):
