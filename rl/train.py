@@ -56,7 +56,7 @@ from rl.types import RLDataset, RLDatasetBuilder, TrajectoryGroup
 
 logger = logging.getLogger(__name__)
 
-LossFn = Literal["importance_sampling", "ppo", "cispo", "dro"]
+LossFn = Literal["importance_sampling", "ppo", "cispo", "dro", "gspo"]
 
 
 @chz.chz

@@ -33,7 +33,7 @@ from recipes_lib.backends.local.engine import (
     sample_row_bytes,
 )
 from recipes_lib.backends.local.futures import LocalFuture
-from recipes_lib.backends.local.losses import REQUIRED_INPUTS, resolve_config
+from recipes_lib.backends.local.losses import REQUIRED_INPUTS, check_sequence_inputs, resolve_config
 from recipes_lib.backends.local.models import local_model_names, max_context_length
 from recipes_lib.backends.local.optimizer import AdamState, check_adam_params
 from recipes_lib.backends.local.precision import DeviceName, PrecisionName
@@ -195,6 +195,7 @@ class TrainingClient(_SelfFuture):
     ) -> LocalFuture[types.ForwardBackwardOutput]:
         config = resolve_config(loss_fn, loss_fn_config)
         prepared = prepare_datums(data, REQUIRED_INPUTS[loss_fn], self._base.vocab_size, self._base.max_context)
+        check_sequence_inputs(loss_fn, [d.inputs for d in prepared])
         if backward:
             _check_training_fits(self._base, prepared, self._engine.budget)
         return self._engine.call(

@@ -8,16 +8,24 @@ With `lp` the trainer's log-probability of each target token, `q` the sampler's 
 - `ppo`:                 -min(r * A, clip(r, low, high) * A)    (low, high default 0.8, 1.2)
 - `cispo`:               -stopgrad(clip(r, low, high)) * lp * A  (low, high default 0.0, 4.0)
 - `dro`:                 -(lp * A - beta/2 * (lp - q)^2)         (beta default 0.05), on action tokens
+- `gspo`:                -min(s_t * A, clip(s_t, low, high) * A) (low, high default 1 - 3e-4, 1 + 4e-4)
+
+GSPO (Zheng et al. 2025, arXiv:2507.18071) in its token-level form, as the Tinker docs define it:
+the sequence ratio `s = exp(mean over M of (lp - q))`, M the positions `sequence_ratio_mask` marks
+(the datum's action tokens, advantage or sampler log-prob non-zero, when it has no mask), and each
+token's ratio `s_t = sg[s] * exp(lp_t - sg[lp_t])`: the sequence's value with its own token's
+gradient. Clipping that one value keeps or drops the whole sequence. The default thresholds are the
+paper's clipping ranges (3e-4 below, 4e-4 above 1).
 
 The loss of a batch is the sum of these terms over every token of every datum (`loss:sum`).
 Shapes: every tensor here is `(T,)`, one entry per target position of one datum.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
-from recipes_lib.exceptions import ConfigurationError
+from recipes_lib.exceptions import ConfigurationError, DataFormatError
 
 RL_KEYS = ("target_tokens", "logprobs", "advantages")
 REQUIRED_INPUTS: dict[str, tuple[str, ...]] = {
@@ -26,13 +34,19 @@ REQUIRED_INPUTS: dict[str, tuple[str, ...]] = {
     "ppo": RL_KEYS,
     "cispo": RL_KEYS,
     "dro": RL_KEYS,
+    "gspo": RL_KEYS,
 }
+# Losses whose terms read the whole sequence's log-probs (through `SEQUENCE_LOG_RATIO`).
+SEQUENCE_LOSSES = ("gspo",)
+# The per-position copy of a datum's detached sequence log-ratio, when the trainer computed it first.
+SEQUENCE_LOG_RATIO = "sequence_log_ratio"
 CONFIG_DEFAULTS: dict[str, dict[str, float]] = {
     "cross_entropy": {},
     "importance_sampling": {},
     "ppo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
     "cispo": {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
     "dro": {"beta": 0.05},
+    "gspo": {"clip_low_threshold": 1 - 3e-4, "clip_high_threshold": 1 + 4e-4},
 }
 
 
@@ -65,6 +79,40 @@ def action_mask(inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
     return (inputs["advantages"] != 0) | (inputs["logprobs"] != 0)
 
 
+def sequence_mask(inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """Bool `(T,)`: the positions a sequence ratio averages over (`sequence_ratio_mask`, else the
+    action tokens)."""
+    if "sequence_ratio_mask" in inputs:
+        return inputs["sequence_ratio_mask"] != 0
+    return action_mask(inputs)
+
+
+def sequence_log_ratio(logprobs: torch.Tensor, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """`log s`: the mean of `lp - q` over `sequence_mask`, detached; 0 for a datum with no such token
+    (`check_sequence_inputs` refuses one that has advantages)."""
+    mask = sequence_mask(inputs)
+    if not bool(mask.any()):
+        return logprobs.new_zeros(())
+    return (logprobs.detach() - inputs["logprobs"])[mask].mean()
+
+
+def check_sequence_inputs(loss_fn: str, datums_inputs: Sequence[Mapping[str, torch.Tensor]]) -> None:
+    """A sequence loss needs, in every datum that trains, at least one position its ratio averages.
+
+    Raises:
+        DataFormatError: naming the datum.
+    """
+    if loss_fn not in SEQUENCE_LOSSES:
+        return
+    for index, inputs in enumerate(datums_inputs):
+        if bool((inputs["advantages"] != 0).any()) and not bool(sequence_mask(inputs).any()):
+            given = "sequence_ratio_mask marks" if "sequence_ratio_mask" in inputs else "it has"
+            raise DataFormatError(
+                f"datum {index}: {loss_fn} averages the log-ratio over the sampled tokens, but {given} none "
+                "while its advantages are non-zero; mark the sampled tokens in sequence_ratio_mask."
+            )
+
+
 def gradient_mask(loss_fn: str, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """Bool `(T,)`: positions whose loss term depends on the trainer's log-prob."""
     if loss_fn == "cross_entropy":
@@ -84,11 +132,15 @@ def per_token_loss(
     if loss_fn == "dro":
         penalty = 0.5 * config["beta"] * (logprobs - sampler_logprobs) ** 2
         return -(logprobs * advantages - penalty) * action_mask(inputs)
-    ratio = torch.exp(logprobs - sampler_logprobs)
+    if loss_fn == "gspo":
+        log_s = inputs[SEQUENCE_LOG_RATIO] if SEQUENCE_LOG_RATIO in inputs else sequence_log_ratio(logprobs, inputs)
+        ratio = torch.exp(log_s + logprobs - logprobs.detach())
+    else:
+        ratio = torch.exp(logprobs - sampler_logprobs)
     if loss_fn == "importance_sampling":
         return -ratio * advantages
     clipped = torch.clamp(ratio, config["clip_low_threshold"], config["clip_high_threshold"])
-    if loss_fn == "ppo":
+    if loss_fn in ("ppo", "gspo"):
         return -torch.minimum(ratio * advantages, clipped * advantages)
     if loss_fn == "cispo":
         return -clipped.detach() * logprobs * advantages

@@ -19,6 +19,7 @@ times the hidden size per token instead of with every activation.
 """
 
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -33,7 +34,14 @@ from torch.utils.checkpoint import checkpoint
 from recipes_lib.backends.local.activations import without_remaking
 from recipes_lib.backends.local.batch import PreparedDatum, micro_batches, pad_right_tokens
 from recipes_lib.backends.local.logits import OutputHead
-from recipes_lib.backends.local.losses import REQUIRED_INPUTS, gradient_mask, per_token_loss
+from recipes_lib.backends.local.losses import (
+    REQUIRED_INPUTS,
+    SEQUENCE_LOG_RATIO,
+    SEQUENCE_LOSSES,
+    gradient_mask,
+    per_token_loss,
+    sequence_log_ratio,
+)
 from recipes_lib.backends.local.memory import return_freed_memory
 from recipes_lib.backends.local.precision import Precision
 
@@ -274,6 +282,8 @@ def builtin_pass(
     max_tokens = max_backward_tokens(model, precision) if backward else MAX_MICROBATCH_TOKENS
     for indices in micro_batches([d.length for d in datums], max_tokens):
         batch = [datums[i] for i in indices]
+        if backward and loss_fn in SEQUENCE_LOSSES:  # each token's term needs its sequence's ratio first
+            batch = _with_sequence_log_ratios(batch, _batch_logprobs(model, batch, None, precision, pad_id))
         masks = [gradient_mask(loss_fn, d.inputs) for d in batch] if backward else None
         grad_of = _grad_of_loss(loss_fn, config, batch, masks, precision.device) if masks is not None else None
         oversize = backward and len(batch) * max(d.length for d in batch) > max_tokens
@@ -288,13 +298,21 @@ def builtin_pass(
     return PassResult([lp for lp in outputs if lp is not None], loss_sum, {"loss:sum": loss_sum})
 
 
+def _with_sequence_log_ratios(batch: Sequence[PreparedDatum], logprobs: Sequence[torch.Tensor]) -> list[PreparedDatum]:
+    """The datums with their sequence's detached log-ratio at every position (`losses.SEQUENCE_LOG_RATIO`),
+    from a forward pass of the same weights: the gradient pass then reads it chunk by chunk."""
+    return [dataclasses.replace(d, inputs={**d.inputs, SEQUENCE_LOG_RATIO: sequence_log_ratio(lp.cpu(), d.inputs).expand(d.length)})
+            for d, lp in zip(batch, logprobs)]
+
+
 def _grad_of_loss(loss_fn: str, config: dict[str, float], batch: Sequence[PreparedDatum],
                   masks: Sequence[torch.Tensor], device: torch.device) -> GradOfLogprobs:
     """`grad_of` for a built-in loss over `batch`: each term depends on its own position's log-prob
     only (`losses.per_token_loss`), so a chunk's gradient needs only the chunk's log-probs and the
     loss inputs at the chunk's positions, taken in the order `_batch_logprobs` selects them."""
+    keys = [*REQUIRED_INPUTS[loss_fn], *([SEQUENCE_LOG_RATIO] if loss_fn in SEQUENCE_LOSSES else [])]
     inputs = {key: torch.cat([d.inputs[key][mask] for d, mask in zip(batch, masks)]).to(device)
-              for key in REQUIRED_INPUTS[loss_fn] if key != "target_tokens"}
+              for key in keys if key != "target_tokens"}
 
     def grad_of(logprobs_N: torch.Tensor, rows: slice) -> torch.Tensor:
         with torch.enable_grad():
