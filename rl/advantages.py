@@ -1,28 +1,83 @@
-"""Advantages (pure): group-centred rewards, dropping groups with nothing to learn, KL shaping.
+"""Advantages (pure): group-centred rewards, how token terms add up, dropping groups with nothing to
+learn, KL shaping.
 
-GRPO-style: a trajectory's advantage is its total reward minus the mean of its group, with no
-division by the standard deviation. A group whose rewards are all equal has zero advantages and
-teaches nothing, so it can be dropped before training to save compute.
+By default a trajectory's advantage is its total reward minus the mean of its group, with no
+division by the standard deviation (`advantage_normalization`); a group whose rewards are all equal
+has zero advantages and teaches nothing, so it can be dropped before training to save compute.
 """
 
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
 from rl.types import TrajectoryGroup
 
+AdvantageNormalization = Literal["group_mean", "group_std", "batch_std"]
+LossAggregation = Literal["token_sum", "sequence_mean", "token_mean", "constant"]
+# Added to a standard deviation before dividing by it (a group of nearly equal rewards stays finite).
+STD_EPSILON = 1e-4
 
-def compute_advantages(groups_P: Sequence[TrajectoryGroup]) -> list[np.ndarray]:
-    """Each trajectory's total reward minus its group's mean.
+
+def compute_advantages(
+    groups_P: Sequence[TrajectoryGroup], normalization: AdvantageNormalization = "group_mean"
+) -> list[np.ndarray]:
+    """Each trajectory's advantage from the total rewards R of its group (G trajectories):
+
+    - `group_mean`: `A = R - mean(R)`;
+    - `group_std` (GRPO): `A = (R - mean(R)) / (std(R) + 1e-4)`, std with G - 1 degrees of freedom;
+    - `batch_std`: `A = (R - mean(R)) / (std(C) + 1e-4)`, C every group's centred rewards `R - mean(R)`
+      together (the groups trained together), std with N - 1 degrees of freedom.
 
     Returns:
         advantages_P_G: one float array of shape (G,) per group.
     """
-    advantages_P_G = []
+    centred_P_G = []
     for group in groups_P:
         rewards_G = np.asarray(group.get_total_rewards(), dtype=np.float64)
-        advantages_P_G.append(rewards_G - rewards_G.mean())
-    return advantages_P_G
+        centred_P_G.append(rewards_G - rewards_G.mean())
+    if normalization == "group_mean":
+        return centred_P_G
+    if normalization == "group_std":
+        return [c / (_std(c) + STD_EPSILON) for c in centred_P_G]
+    if normalization == "batch_std":
+        scale = _std(np.concatenate(centred_P_G)) + STD_EPSILON if centred_P_G else 1.0
+        return [c / scale for c in centred_P_G]
+    raise ValueError(f"unknown advantage normalization {normalization!r}")
+
+
+def _std(values: np.ndarray) -> float:
+    return float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+
+def aggregate_advantages(
+    advantages_D: Sequence[np.ndarray], masks_D: Sequence[np.ndarray], aggregation: LossAggregation, constant: float
+) -> list[np.ndarray]:
+    """Advantages scaled so that the engine's sum over tokens aggregates the token terms as chosen.
+
+    Every policy-gradient loss here is a sum of per-token terms proportional to their advantage, so
+    scaling datum d's advantages by `c_d > 0` weights its terms by `c_d`. With `n_d` the action tokens
+    of datum d (mask 1) and N their total over the datums trained together:
+
+    - `token_sum`: `c_d = 1` (every token counts once);
+    - `sequence_mean`: `c_d = 1 / n_d` (each sequence's mean token term; every sequence counts once);
+    - `token_mean` (DAPO): `c_d = 1 / N` (the mean over every token trained together);
+    - `constant` (Dr.GRPO): `c_d = 1 / constant` (a fixed normaliser: the run's `max_tokens`).
+
+    (`dro`'s penalty term does not depend on the advantage, so it stays a sum over tokens.)
+    """
+    counts_D = [float(np.asarray(m).sum()) for m in masks_D]
+    if aggregation == "token_sum":
+        scales_D = [1.0] * len(counts_D)
+    elif aggregation == "sequence_mean":
+        scales_D = [1.0 / max(n, 1.0) for n in counts_D]
+    elif aggregation == "token_mean":
+        scales_D = [1.0 / max(sum(counts_D), 1.0)] * len(counts_D)
+    elif aggregation == "constant":
+        scales_D = [1.0 / constant] * len(counts_D)
+    else:
+        raise ValueError(f"unknown loss aggregation {aggregation!r}")
+    return [np.asarray(a, dtype=np.float64) * c for a, c in zip(advantages_D, scales_D, strict=True)]
 
 
 def is_constant_reward(group: TrajectoryGroup) -> bool:

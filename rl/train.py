@@ -44,7 +44,14 @@ from recipes_lib.config import BackendConfig, backend_field, check_group_size, c
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.hyperparams import adam_params
 from recipes_lib.logging import MultiplexLogger
-from rl.advantages import compute_advantages, is_constant_reward, kl_penalty
+from rl.advantages import (
+    AdvantageNormalization,
+    LossAggregation,
+    aggregate_advantages,
+    compute_advantages,
+    is_constant_reward,
+    kl_penalty,
+)
 from rl.data import TrainingBatch, loss_input, split_minibatches, with_advantages
 from rl.evaluators import RLTestSetEvaluator
 from rl.metrics import compute_kl_sample_train, compute_trajectory_metrics
@@ -105,10 +112,16 @@ class Config:
 
     # Sampling temperature of training rollouts; 1.0 samples the policy itself.
     temperature: float = 1.0
-    # importance_sampling (REINFORCE with an importance ratio), ppo, cispo or dro.
+    # importance_sampling (REINFORCE with an importance ratio), ppo, cispo, dro or gspo.
     loss_fn: LossFn = "importance_sampling"
     # The loss's settings, e.g. clip_low_threshold / clip_high_threshold for ppo, beta for dro.
     loss_fn_config: dict[str, float] | None = None
+    # Rewards to advantages: group_mean (R minus its group's mean), group_std (GRPO: divided by the
+    # group's std too) or batch_std (by the std of the batch's centred rewards); rl/advantages.py.
+    advantage_normalization: AdvantageNormalization = "group_mean"
+    # How token terms add up: token_sum, sequence_mean, token_mean (DAPO) or constant (Dr.GRPO:
+    # divided by max_tokens); over the groups of one forward_backward. rl/advantages.py.
+    loss_aggregation: LossAggregation = "token_sum"
     # Optimizer steps per iteration; the batch is split into this many parts of whole groups.
     num_substeps: int = 1
     # Weight of a penalty on the sampled tokens' log-ratio to the base model, folded into advantages.
@@ -404,10 +417,16 @@ def _trainable_groups(config: Config, outcomes: list[GroupOutcome]) -> list[Traj
 
 async def _submit_minibatch(run: _Run, groups_P: list[TrajectoryGroup]) -> _Minibatch:
     """Advantages -> datums (-> KL shaping) -> forward_backward, submitted without waiting."""
-    batch: TrainingBatch = assemble_training_data(groups_P, compute_advantages(groups_P))
+    config = run.config
+    batch: TrainingBatch = assemble_training_data(groups_P, compute_advantages(groups_P, config.advantage_normalization))
     kl_policy_base = None
     if run.base_sampler is not None:
-        batch, kl_policy_base = await _shape_with_kl(run.base_sampler, batch, run.config.kl_penalty_coef)
+        batch, kl_policy_base = await _shape_with_kl(run.base_sampler, batch, config.kl_penalty_coef)
+    if config.loss_aggregation != "token_sum":
+        advantages_D = aggregate_advantages([loss_input(d, "advantages") for d in batch.data_D], batch.masks_D,
+                                            config.loss_aggregation, config.max_tokens)
+        batch = TrainingBatch([with_advantages(d, a) for d, a in zip(batch.data_D, advantages_D, strict=True)],
+                              batch.masks_D, batch.group_index_D, batch.trajectory_index_D)
     future = run.training_client.forward_backward(batch.data_D, run.config.loss_fn, run.config.loss_fn_config)
     return _Minibatch(batch, future, kl_policy_base)
 

@@ -3,7 +3,13 @@
 import numpy as np
 import pytest
 
-from rl.advantages import compute_advantages, is_constant_reward, kl_penalty, remove_constant_reward_groups
+from rl.advantages import (
+    aggregate_advantages,
+    compute_advantages,
+    is_constant_reward,
+    kl_penalty,
+    remove_constant_reward_groups,
+)
 from rl.types import TrajectoryGroup
 from tests.rl.fakes import group_with_rewards, trajectory, transition
 
@@ -51,3 +57,34 @@ def test_kl_penalty_centres_the_log_ratio_on_action_tokens() -> None:
     assert kl_mean == pytest.approx(-1 / 3)
     np.testing.assert_allclose(shaped[0], [0.0, 0.6, 0.9])
     np.testing.assert_allclose(shaped[1], [-0.5])
+
+
+def test_grpo_divides_by_the_group_standard_deviation() -> None:
+    """Rewards (1, 0, 0, 1): mean 0.5, sample std sqrt(1/3) = 0.57735."""
+    [a] = compute_advantages([group_with_rewards([1.0, 0.0, 0.0, 1.0])], "group_std")
+    np.testing.assert_allclose(a, np.array([0.5, -0.5, -0.5, 0.5]) / (0.5773502691896258 + 1e-4))
+    [flat] = compute_advantages([group_with_rewards([2.0, 2.0])], "group_std")
+    np.testing.assert_array_equal(flat, [0.0, 0.0])  # equal rewards: zero, not NaN
+
+
+def test_batch_std_divides_every_group_by_one_scale() -> None:
+    """Centred rewards (-1, 1) and (-0.5, 0.5): their sample std over the batch is sqrt(2.5 / 3)."""
+    groups = [group_with_rewards([0.0, 2.0]), group_with_rewards([1.0, 2.0])]
+    first, second = compute_advantages(groups, "batch_std")
+    scale = np.sqrt(2.5 / 3) + 1e-4
+    np.testing.assert_allclose(first, np.array([-1.0, 1.0]) / scale)
+    np.testing.assert_allclose(second, np.array([-0.5, 0.5]) / scale)
+
+
+@pytest.mark.parametrize(
+    ("aggregation", "scales"),
+    [("token_sum", [1.0, 1.0]), ("sequence_mean", [1 / 2, 1 / 4]), ("token_mean", [1 / 6, 1 / 6]),
+     ("constant", [1 / 8, 1 / 8])],
+)
+def test_aggregation_scales_each_datum_by_its_share(aggregation: str, scales: list[float]) -> None:
+    """Two datums with 2 and 4 action tokens (6 in all); the Dr.GRPO constant is 8 (max_tokens)."""
+    advantages = [np.array([0.0, 1.0, 1.0]), np.array([-2.0, -2.0, -2.0, -2.0, 0.0])]
+    masks = [np.array([0.0, 1.0, 1.0]), np.array([1.0, 1.0, 1.0, 1.0, 0.0])]
+    scaled = aggregate_advantages(advantages, masks, aggregation, 8.0)  # type: ignore[arg-type]
+    for got, a, c in zip(scaled, advantages, scales, strict=True):
+        np.testing.assert_allclose(got, a * c)

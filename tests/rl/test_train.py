@@ -3,6 +3,7 @@
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from examples import custom_env
@@ -15,6 +16,7 @@ from rl.envs.arithmetic import ArithmeticDatasetBuilder
 from rl.rollouts import RolloutError
 from rl.types import RLDatasetBuilder
 from tests.rl.fakes import EchoEnv, FailingEnv, FakeDatasetBuilder, NanRewardEnv, dataset_of
+from tests.rl.resume_envs import EvenTokensDatasetBuilder
 
 TINY = "recipes/tiny-llama"
 
@@ -149,3 +151,33 @@ def test_rerunning_a_finished_run_changes_nothing(tmp_path: Path) -> None:
     before = (tmp_path / "metrics.jsonl").read_text()
     train.main(_config(tmp_path, _arithmetic(n_batches=1), eval_every=1))
     assert (tmp_path / "metrics.jsonl").read_text() == before
+
+
+def test_grpo_advantages_averaged_per_sequence_reach_the_trainer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """advantage_normalization=group_std, loss_aggregation=sequence_mean, loss_fn=gspo: each datum's
+    action tokens carry A / n (n its action tokens), and each group's A sum to 0 with a sample std of
+    std / (std + 1e-4) (the rewards, shares of even token ids, differ within a group)."""
+    from recipes_lib.backends.local.clients import TrainingClient
+
+    sent: list[tuple[list[Any], str]] = []
+    original = TrainingClient.forward_backward
+
+    def recording(self: Any, data: list[Any], loss_fn: Any, loss_fn_config: Any = None) -> Any:
+        sent.append((data, loss_fn))
+        return original(self, data, loss_fn, loss_fn_config)
+
+    monkeypatch.setattr(TrainingClient, "forward_backward", recording)
+    train.main(_config(tmp_path, EvenTokensDatasetBuilder(n_batches=1, batch_size=2, group_size=3),
+                       advantage_normalization="group_std", loss_aggregation="sequence_mean", loss_fn="gspo",
+                       max_tokens=6))
+    [(data, loss_fn)] = sent
+    assert loss_fn == "gspo" and len(data) == 6  # 2 groups of 3 two-turn episodes, one datum each, in group order
+    per_trajectory = []
+    for datum in data:
+        advantages = datum.loss_fn_inputs["advantages"].to_numpy()
+        actions = datum.loss_fn_inputs["logprobs"].to_numpy() != 0
+        assert len(set(advantages[actions].tolist())) == 1 and not advantages[~actions].any()
+        per_trajectory.append(float(advantages[actions][0]) * int(actions.sum()))
+    for group in (per_trajectory[:3], per_trajectory[3:]):
+        assert float(np.std(group, ddof=1)) == pytest.approx(1.0, abs=1e-3)  # std / (std + 1e-4)
+        assert sum(group) == pytest.approx(0.0, abs=1e-5)
