@@ -14,12 +14,13 @@ copy of the policy seeded from `derive_seed(seed, i)`, whatever order the envs f
 An episode is bounded (`RolloutLimits`): an env that never sets `episode_done` within `max_turns`
 turns, an episode that runs past `timeout_s`, or a `step` that returns something other than a
 `StepResult` is a `RolloutError` too (types `TurnLimit`, `Timeout`, `BadStepResult`), so it is
-counted or stops the run with that message, and never hangs it.
+counted or stops the run with that message, and never hangs it. A failed rollout can rerun on a
+fresh env (`max_retries`), and a group can be kept without its failed rollouts (`min_successful`).
 """
 
 import asyncio
 import numbers
-from collections.abc import Awaitable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 import chz
@@ -55,18 +56,27 @@ async def env_call(owner: object, method: str, call: Awaitable[T]) -> T:
 
 @chz.chz
 class RolloutLimits:
-    """Bounds on one episode."""
+    """Bounds on one episode, and what a failed one costs its group."""
 
     # Env steps an episode may take; one more without `episode_done` is a TurnLimit error.
     max_turns: int = 100
     # Seconds an episode may take, sampling included; 0: no limit.
     timeout_s: float = 1800.0
+    # Failed rollouts of a group (an env error, an episode past a limit) rerun on a fresh env (the same
+    # index of a new `make_envs()`), at most this many times per group; 0: none.
+    max_retries: int = 0
+    # Keep a group once this many of its rollouts succeeded, without the failed ones (None: every one
+    # must; fewer than 2 would leave nothing to compare).
+    min_successful: int | None = None
 
     @chz.validate
     def _check(self) -> None:
         if self.max_turns < 1 or not self.timeout_s >= 0:
             raise RecipesError(f"rollout_limits needs max_turns >= 1 and timeout_s >= 0 (0: none); got "
                                f"max_turns={self.max_turns}, timeout_s={self.timeout_s}.")
+        if self.max_retries < 0 or (self.min_successful is not None and self.min_successful < 2):
+            raise RecipesError(f"rollout_limits needs max_retries >= 0 and min_successful >= 2 (or None); got "
+                               f"max_retries={self.max_retries}, min_successful={self.min_successful}.")
 
 
 async def do_single_rollout(policy: TokenCompleter, env: Env, limits: RolloutLimits | None = None) -> Trajectory:
@@ -123,16 +133,84 @@ async def do_group_rollout(builder: EnvGroupBuilder, policy: TokenCompleter, see
     """Run every env of a group concurrently, then add the group's own rewards.
 
     With a `seed`, `policy` must be a `SeedableTokenCompleter`; env `i` samples from
-    `derive_seed(seed, i)`.
+    `derive_seed(seed, i)` (its retry `k` from `derive_seed(seed, i, k)`).
     """
-    envs = await env_call(builder, "make_envs", builder.make_envs())
-    policies = [policy] * len(envs)
-    if seed is not None:
-        if not isinstance(policy, SeedableTokenCompleter):
-            raise TypeError(f"A seeded rollout needs a policy with seeded(seed); {type(policy).__name__} has none.")
-        policies = [policy.seeded(derive_seed(seed, i)) for i in range(len(envs))]
-    trajectories_G = await gather_or_cancel(do_single_rollout(p, env, limits)
-                                            for p, env in zip(policies, envs, strict=True))
+    group, _ = await rollout_group(builder, policy, seed, limits)
+    return group
+
+
+async def rollout_group(builder: EnvGroupBuilder, policy: TokenCompleter, seed: int | None = None,
+                        limits: RolloutLimits | None = None) -> tuple[TrajectoryGroup, list[RolloutError]]:
+    """`do_group_rollout`, also returning the rollout errors the group recovered from.
+
+    A failed rollout reruns on a fresh env while `limits.max_retries` allows; once every env has
+    succeeded or failed for good, the group is kept if at least `limits.min_successful` (default:
+    all) succeeded, its rewards computed on those; otherwise the last error is raised. An error of
+    the policy (the sampler) is never retried: it stops the group at once.
+    """
+    limits = limits or RolloutLimits()
+    envs = list(await env_call(builder, "make_envs", builder.make_envs()))
+    if seed is not None and not isinstance(policy, SeedableTokenCompleter):
+        raise TypeError(f"A seeded rollout needs a policy with seeded(seed); {type(policy).__name__} has none.")
+
+    def policy_for(index: int, attempt: int) -> TokenCompleter:
+        if seed is None:
+            return policy
+        assert isinstance(policy, SeedableTokenCompleter)
+        return policy.seeded(derive_seed(seed, index) if attempt == 0 else derive_seed(seed, index, attempt))
+
+    if limits.max_retries == 0 and limits.min_successful is None:  # fail fast: the first error stops the group
+        trajectories_G = await gather_or_cancel(do_single_rollout(policy_for(i, 0), env, limits)
+                                                for i, env in enumerate(envs))
+        return await _with_group_rewards(builder, trajectories_G), []
+    finished, errors = await _rollouts_with_retries(builder, envs, policy_for, limits)
+    needed = len(envs) if limits.min_successful is None else min(limits.min_successful, len(envs))
+    if len(finished) < needed:
+        last = errors[-1]
+        raise RolloutError(f"{len(envs) - len(finished)} of {len(envs)} rollouts of the group failed after "
+                           f"{limits.max_retries} retries (it needs {needed}); the last: {last}",
+                           env_name=last.env_name, error_type=last.error_type) from last
+    return await _with_group_rewards(builder, [finished[i] for i in sorted(finished)]), errors
+
+
+async def _rollouts_with_retries(
+    builder: EnvGroupBuilder, envs: list[Env], policy_for: Callable[[int, int], TokenCompleter], limits: RolloutLimits
+) -> tuple[dict[int, Trajectory], list[RolloutError]]:
+    """Each env's trajectory (by index) once it succeeds, rerunning failures on fresh envs while the
+    group's retries last; and every error met."""
+    running: dict[asyncio.Task[Trajectory], tuple[int, int]] = {}
+
+    def launch(index: int, attempt: int, env: Env) -> None:
+        running[asyncio.ensure_future(do_single_rollout(policy_for(index, attempt), env, limits))] = (index, attempt)
+
+    for index, env in enumerate(envs):
+        launch(index, 0, env)
+    finished: dict[int, Trajectory] = {}
+    errors: list[RolloutError] = []
+    retries = limits.max_retries
+    try:
+        while running:
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                index, attempt = running.pop(task)
+                error = task.exception()
+                if error is None:
+                    finished[index] = task.result()
+                elif not isinstance(error, RolloutError):
+                    raise error
+                else:
+                    errors.append(error)
+                    if retries > 0:
+                        retries -= 1
+                        fresh = await env_call(builder, "make_envs", builder.make_envs())
+                        launch(index, attempt + 1, fresh[index])
+    finally:
+        for task in running:
+            task.cancel()
+    return finished, errors
+
+
+async def _with_group_rewards(builder: EnvGroupBuilder, trajectories_G: list[Trajectory]) -> TrajectoryGroup:
     group_rewards = await env_call(builder, "compute_group_rewards", builder.compute_group_rewards(trajectories_G))
     return TrajectoryGroup(
         trajectories_G=trajectories_G,

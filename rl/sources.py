@@ -22,7 +22,7 @@ from typing import Protocol
 
 from recipes_lib.backends.protocols import SamplingClient
 from recipes_lib.completers import TokenCompleter, derive_seed
-from rl.rollouts import RolloutError, RolloutLimits, do_group_rollout
+from rl.rollouts import RolloutError, RolloutLimits, rollout_group
 from rl.types import EnvGroupBuilder, RLDataset, TrajectoryGroup
 
 logger = logging.getLogger(__name__)
@@ -46,6 +46,8 @@ class GroupOutcome:
     group: TrajectoryGroup | None
     error: RolloutError | None
     sampler_step: int
+    # Errors of rollouts the group recovered from (retried, or dropped under `min_successful`).
+    recovered: tuple[RolloutError, ...] = ()
 
 
 async def roll_out(
@@ -55,13 +57,15 @@ async def roll_out(
     """Roll out one group (sampling from `seed` when given); an env error (or an episode past its
     `limits`) is raised, or, if tolerated, logged and returned."""
     try:
-        group = await do_group_rollout(builder, policy, seed, limits)
+        group, recovered = await rollout_group(builder, policy, seed, limits)
     except RolloutError as exc:
         if not tolerate_errors:
             raise
         logger.warning("Dropping a group of %s: %s", type(builder).__name__, exc, exc_info=exc)
         return GroupOutcome(index, builder, builder.logging_tags(), None, exc, sampler_step)
-    return GroupOutcome(index, builder, builder.logging_tags(), group, None, sampler_step)
+    for error in recovered:
+        logger.warning("A rollout of %s failed and its group went on without it: %s", type(builder).__name__, error)
+    return GroupOutcome(index, builder, builder.logging_tags(), group, None, sampler_step, tuple(recovered))
 
 
 class GroupSource(Protocol):

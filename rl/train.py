@@ -130,7 +130,8 @@ class Config:
     remove_constant_reward_groups: bool = False
     # An env error drops its group (counted in rollout_errors/<type>) instead of stopping the run.
     rollout_error_tolerance: bool = False
-    # Turns and seconds an episode may take (past either: a rollout error of type TurnLimit / Timeout).
+    # Turns and seconds an episode may take (past either: a rollout error of type TurnLimit / Timeout),
+    # retries of a failed rollout on a fresh env, and how many must succeed for a group to train.
     rollout_limits: RolloutLimits = chz.field(default_factory=RolloutLimits)
     # Stop after this many steps in a row that train on nothing (every group failed, had non-finite
     # rewards, or had equal rewards and no KL penalty): such a run would only spend time. 0: never.
@@ -457,9 +458,13 @@ def _rollout_metrics(run: _Run, step: int, outcomes: list[GroupOutcome]) -> dict
                            env_name=errors[0].env_name, error_type=errors[0].error_type) from errors[0]
     usable = _usable_groups(outcomes)
     metrics: dict[str, float] = {}
-    for error in errors:
+    recovered = [error for o in outcomes for error in o.recovered]
+    for error in errors + recovered:  # every failed rollout, in a dropped group or one that went on
         key = f"rollout_errors/{error.error_type}"
         metrics[key] = metrics.get(key, 0.0) + 1.0
+    if errors or recovered:
+        metrics["rollout_errors/groups_dropped"] = float(len(errors))
+        metrics["rollout_errors/recovered"] = float(len(recovered))
     nonfinite = [o for o in outcomes if o.group is not None and not o.group.has_finite_rewards()]
     if nonfinite:
         metrics["rollout_errors/nonfinite_reward"] = float(len(nonfinite))

@@ -13,7 +13,7 @@ from recipes_lib.logging import read_metrics
 from rl import train
 from rl.dataset import ListRLDataset, RepeatedEnvGroupBuilder
 from rl.envs.arithmetic import ArithmeticDatasetBuilder
-from rl.rollouts import RolloutError
+from rl.rollouts import RolloutError, RolloutLimits
 from rl.types import RLDatasetBuilder
 from tests.rl.fakes import EchoEnv, FailingEnv, FakeDatasetBuilder, NanRewardEnv, dataset_of
 from tests.rl.resume_envs import EvenTokensDatasetBuilder
@@ -181,3 +181,28 @@ def test_grpo_advantages_averaged_per_sequence_reach_the_trainer(tmp_path: Path,
     for group in (per_trajectory[:3], per_trajectory[3:]):
         assert float(np.std(group, ddof=1)) == pytest.approx(1.0, abs=1e-3)  # std / (std + 1e-4)
         assert sum(group) == pytest.approx(0.0, abs=1e-5)
+
+
+class _EveryThirdFails(EchoEnv):
+    """Every third env made (the first included) fails in `step`."""
+
+    made = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fails = _EveryThirdFails.made % 3 == 0
+        _EveryThirdFails.made += 1
+
+    async def step(self, action: Any) -> Any:
+        if self.fails:
+            raise ValueError("a flaky sandbox")
+        return await super().step(action)
+
+
+def test_failed_rollouts_are_retried_and_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_EveryThirdFails, "made", 0)
+    train.main(_config(tmp_path, FakeDatasetBuilder(train=dataset_of(_EveryThirdFails, groups=2, batches=1)),
+                       rollout_limits=RolloutLimits(max_retries=2)))
+    row = _rows(tmp_path)[0]
+    assert row["rollout_errors/ValueError"] == row["rollout_errors/recovered"] >= 1
+    assert row["rollout_errors/groups_dropped"] == 0 and row["optim/num_datums"] == 4.0  # both groups whole
