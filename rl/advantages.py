@@ -97,17 +97,22 @@ def kl_penalty(
     base_logprobs_D: Sequence[np.ndarray],
     masks_D: Sequence[np.ndarray],
     coef: float,
+    discount: float = 0.0,
 ) -> tuple[list[np.ndarray], float]:
-    """Shape per-token advantages with a penalty on drifting from the base model.
+    """Shape per-token advantages with a penalty on drifting from a reference model (the base model,
+    or the weights `kl_reference_path` names).
 
     With `kl_t = sampler_logprob_t - base_logprob_t` on action tokens (a one-sample estimate of
-    KL(policy || base)) and `kl_mean` its mean over all action tokens of the batch, each action
-    token's advantage gains `coef * (kl_mean - kl_t)`: tokens the policy likes more than the base
-    does are pushed down, relative to the batch. Observation tokens (mask 0) are unchanged.
+    KL(policy || reference)) and `kl_mean` its mean over all action tokens of the batch, action token
+    t's penalty is `p_t = coef * (kl_mean - kl_t)`: tokens the policy likes more than the reference
+    does are pushed down, relative to the batch. With a `discount` g > 0 a token also answers for
+    the penalties after it in its datum, as a return does: it gains `sum over k >= 0 of g^k p_(t+k)`
+    (`kl_discount_factor`); with g = 0, `p_t` alone. Observation tokens (mask 0) are unchanged.
 
     Args:
         advantages_D, sampler_logprobs_D, base_logprobs_D, masks_D: per datum, arrays of shape (T,).
         coef: the penalty's weight (`kl_penalty_coef`).
+        discount: g, in [0, 1).
 
     Returns:
         (advantages_D with the penalty added, kl_mean).
@@ -115,5 +120,17 @@ def kl_penalty(
     kl_D = [(s - b) * m for s, b, m in zip(sampler_logprobs_D, base_logprobs_D, masks_D, strict=True)]
     num_action_tokens = sum(float(m.sum()) for m in masks_D)
     kl_mean = sum(float(kl.sum()) for kl in kl_D) / max(num_action_tokens, 1.0)
-    shaped_D = [a + coef * (kl_mean - kl) * m for a, kl, m in zip(advantages_D, kl_D, masks_D, strict=True)]
-    return shaped_D, kl_mean
+    penalties_D = [coef * (kl_mean - kl) * m for kl, m in zip(kl_D, masks_D, strict=True)]
+    if discount > 0:
+        penalties_D = [_discounted_sums(p, discount) * m for p, m in zip(penalties_D, masks_D, strict=True)]
+    return [a + p for a, p in zip(advantages_D, penalties_D, strict=True)], kl_mean
+
+
+def _discounted_sums(values_T: np.ndarray, discount: float) -> np.ndarray:
+    """`out_t = sum over k >= 0 of discount^k * values_(t+k)`, right to left."""
+    out = np.zeros(len(values_T), dtype=np.float64)
+    running = 0.0
+    for t in range(len(values_T) - 1, -1, -1):
+        running = float(values_T[t]) + discount * running
+        out[t] = running
+    return out

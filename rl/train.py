@@ -126,6 +126,11 @@ class Config:
     num_substeps: int = 1
     # Weight of a penalty on the sampled tokens' log-ratio to the base model, folded into advantages.
     kl_penalty_coef: float = 0.0
+    # The reference of that penalty: None for the base model, or sampler weights (a tinker:// or
+    # local:// path, e.g. an SFT checkpoint the policy started from).
+    kl_reference_path: str | None = None
+    # A token's penalty also counts the later tokens' penalties of its datum, discounted by this (0: none).
+    kl_discount_factor: float = 0.0
     # Skip groups whose rewards are all equal: their advantages are zero, so they only cost compute.
     remove_constant_reward_groups: bool = False
     # An env error drops its group (counted in rollout_errors/<type>) instead of stopping the run.
@@ -174,6 +179,11 @@ class Config:
         if self.stream_minibatch_config is not None and self.stream_minibatch_config.num_minibatches < 1:
             raise ConfigurationError(f"stream_minibatch_config.num_minibatches must be >= 1; "
                                      f"got {self.stream_minibatch_config}.")
+        if not 0 <= self.kl_discount_factor < 1:
+            raise ConfigurationError(f"kl_discount_factor must be in [0, 1), got {self.kl_discount_factor}.")
+        if (self.kl_reference_path or self.kl_discount_factor) and self.kl_penalty_coef == 0:
+            raise ConfigurationError("kl_reference_path and kl_discount_factor shape the KL penalty, which "
+                                     "kl_penalty_coef=0 turns off; set kl_penalty_coef > 0 or leave them unset.")
         if self.max_steps_without_signal < 0:
             raise ConfigurationError(f"max_steps_without_signal must be >= 0 (0: never stop), got "
                                      f"{self.max_steps_without_signal}.")
@@ -248,7 +258,8 @@ async def _start(config: Config, resume: CheckpointRecord | None) -> _Run | None
     run = _Run(config, client, service, _make_source(config, train_dataset, start, total), evaluators,
                started.metrics_logger, client.get_tokenizer(), start, total)
     if config.kl_penalty_coef > 0:
-        run.base_sampler = service.create_sampling_client(base_model=config.model_name)
+        run.base_sampler = (service.create_sampling_client(model_path=config.kl_reference_path)
+                            if config.kl_reference_path else service.create_sampling_client(base_model=config.model_name))
     return run
 
 
@@ -422,7 +433,8 @@ async def _submit_minibatch(run: _Run, groups_P: list[TrajectoryGroup]) -> _Mini
     batch: TrainingBatch = assemble_training_data(groups_P, compute_advantages(groups_P, config.advantage_normalization))
     kl_policy_base = None
     if run.base_sampler is not None:
-        batch, kl_policy_base = await _shape_with_kl(run.base_sampler, batch, config.kl_penalty_coef)
+        batch, kl_policy_base = await _shape_with_kl(run.base_sampler, batch, config.kl_penalty_coef,
+                                                     config.kl_discount_factor)
     if config.loss_aggregation != "token_sum":
         advantages_D = aggregate_advantages([loss_input(d, "advantages") for d in batch.data_D], batch.masks_D,
                                             config.loss_aggregation, config.max_tokens)
@@ -436,13 +448,15 @@ def _submit_optim_step(run: _Run) -> Future[types.OptimStepResponse]:
     return run.training_client.optim_step(adam_params(run.config.learning_rate))
 
 
-async def _shape_with_kl(base: SamplingClient, batch: TrainingBatch, coef: float) -> tuple[TrainingBatch, float]:
+async def _shape_with_kl(base: SamplingClient, batch: TrainingBatch, coef: float,
+                         discount: float) -> tuple[TrainingBatch, float]:
     """Fold the KL-to-base penalty into the batch's advantages (base log-probs via compute_logprobs)."""
     sequences = [list(d.model_input.to_ints()) + [int(loss_input(d, "target_tokens")[-1])] for d in batch.data_D]
     scored = await asyncio.gather(*(base.compute_logprobs(types.ModelInput.from_ints(s)) for s in sequences))
     base_D = [np.asarray([0.0 if lp is None else lp for lp in logprobs[1:]]) for logprobs in scored]
     advantages_D, kl_mean = kl_penalty([loss_input(d, "advantages") for d in batch.data_D],
-                                       [loss_input(d, "logprobs") for d in batch.data_D], base_D, batch.masks_D, coef)
+                                       [loss_input(d, "logprobs") for d in batch.data_D], base_D, batch.masks_D, coef,
+                                       discount)
     data_D = [with_advantages(d, a) for d, a in zip(batch.data_D, advantages_D, strict=True)]
     return TrainingBatch(data_D, batch.masks_D, batch.group_index_D, batch.trajectory_index_D), kl_mean
 

@@ -59,6 +59,19 @@ def test_kl_penalty_centres_the_log_ratio_on_action_tokens() -> None:
     np.testing.assert_allclose(shaped[1], [-0.5])
 
 
+def test_a_discounted_kl_penalty_adds_the_later_tokens_penalties() -> None:
+    # The same batch with discount 0.5: penalties p = [0, -0.4, -0.1] and [+0.5]; discounted sums
+    # right to left within each datum: t2 = -0.1, t1 = -0.4 + 0.5 * -0.1 = -0.45 (the observation
+    # token stays 0); the single token of datum 1 keeps +0.5.
+    advantages = [np.array([0.0, 1.0, 1.0]), np.array([-1.0])]
+    sampler = [np.array([0.0, -1.0, -1.0]), np.array([-3.0])]
+    base = [np.array([-5.0, -2.0, -1.0]), np.array([-1.0])]
+    masks = [np.array([0.0, 1.0, 1.0]), np.array([1.0])]
+    shaped, _ = kl_penalty(advantages, sampler, base, masks, coef=0.3, discount=0.5)
+    np.testing.assert_allclose(shaped[0], [0.0, 1.0 - 0.45, 0.9])
+    np.testing.assert_allclose(shaped[1], [-0.5])
+
+
 def test_grpo_divides_by_the_group_standard_deviation() -> None:
     """Rewards (1, 0, 0, 1): mean 0.5, sample std sqrt(1/3) = 0.57735."""
     [a] = compute_advantages([group_with_rewards([1.0, 0.0, 0.0, 1.0])], "group_std")

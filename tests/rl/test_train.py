@@ -5,10 +5,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tinker import types
 
 from examples import custom_env
 from recipes_lib.checkpoints import load_checkpoints
 from recipes_lib.config import BackendConfig
+from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.logging import read_metrics
 from rl import train
 from rl.dataset import ListRLDataset, RepeatedEnvGroupBuilder
@@ -131,6 +133,22 @@ def test_kl_penalty_against_the_base_model(tmp_path: Path) -> None:
     train.main(_config(tmp_path, _arithmetic(n_batches=1), kl_penalty_coef=0.1))
     row = _rows(tmp_path)[0]
     assert abs(row["kl_policy_base"]) < 1e-3  # the adapter starts as the base model
+
+
+def test_kl_penalty_against_a_checkpoint(tmp_path: Path, service_client: Any) -> None:
+    """Against other weights (three large steps away from the base) the first step's KL is not 0."""
+    trainer = service_client.create_lora_training_client(TINY, rank=32, seed=0)
+    datum = types.Datum(model_input=types.ModelInput.from_ints([1, 5, 9, 14]),
+                        loss_fn_inputs={"target_tokens": [5, 9, 14, 3], "weights": [1.0] * 4})
+    for _ in range(3):
+        trainer.forward_backward([datum], "cross_entropy").result()
+        trainer.optim_step(types.AdamParams(learning_rate=0.1)).result()
+    reference = trainer.save_weights_for_sampler("reference").result().path
+    train.main(_config(tmp_path, _arithmetic(n_batches=1), kl_penalty_coef=0.1, kl_reference_path=reference,
+                       kl_discount_factor=0.9))
+    assert abs(_rows(tmp_path)[0]["kl_policy_base"]) > 1e-2
+    with pytest.raises(ConfigurationError, match="kl_penalty_coef=0 turns off"):
+        _config(tmp_path, _arithmetic(), kl_reference_path=reference)
 
 
 def test_config_rejects_async_and_streaming_together(tmp_path: Path) -> None:
