@@ -27,7 +27,7 @@ last checkpoint.
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -59,7 +59,7 @@ from rl.processing import _remove_constant_reward_groups, _remove_mask, assemble
 from rl.rollouts import RolloutError, RolloutLimits
 from rl.sources import GroupOutcome, GroupSource, OffPolicySource, OnPolicySource
 from rl.transcripts import console_summary, write_transcripts
-from rl.types import RLDataset, RLDatasetBuilder, TrajectoryGroup
+from rl.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder, TrajectoryGroup
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +156,8 @@ class Config:
     # Groups per iteration written to rollouts/iteration_<n>.txt (two summarised on the console at
     # the first iteration and at each evaluation).
     num_groups_to_log: int = 4
+    # Passes over the training dataset (its batches in the same order; every step samples anew).
+    num_epochs: int = 1
     max_steps: int | None = None
     behavior_if_log_dir_exists: LogdirBehavior = "ask"
     wandb_project: str | None = None
@@ -164,7 +166,7 @@ class Config:
     @chz.validate
     def _check(self) -> None:
         positive = {"learning_rate": self.learning_rate, "max_tokens": self.max_tokens,
-                    "num_substeps": self.num_substeps, "lora_rank": self.lora_rank}
+                    "num_substeps": self.num_substeps, "lora_rank": self.lora_rank, "num_epochs": self.num_epochs}
         check_positive(**positive)
         for key, value in {"kl_penalty_coef": self.kl_penalty_coef, "eval_every": self.eval_every,
                            "save_every": self.save_every, "temperature": self.temperature}.items():
@@ -247,6 +249,8 @@ async def _start(config: Config, resume: CheckpointRecord | None) -> _Run | None
     (None when the run in `log_path` is already finished)."""
     train_dataset, test_dataset = await config.dataset_builder()
     _check_dataset(train_dataset)
+    if config.num_epochs > 1:
+        train_dataset = EpochsDataset(train_dataset, config.num_epochs)
     total = _total_steps(config, train_dataset)
     started = open_run(config, resume, total)
     if started is None:
@@ -261,6 +265,21 @@ async def _start(config: Config, resume: CheckpointRecord | None) -> _Run | None
         run.base_sampler = (service.create_sampling_client(model_path=config.kl_reference_path)
                             if config.kl_reference_path else service.create_sampling_client(base_model=config.model_name))
     return run
+
+
+class EpochsDataset(RLDataset):
+    """`num_epochs` passes over a dataset: batch `i` is the dataset's batch `i mod len(dataset)`."""
+
+    def __init__(self, dataset: RLDataset, num_epochs: int):
+        self.dataset, self.num_epochs = dataset, num_epochs
+
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"batch {index} is out of range; {self.num_epochs} epochs hold {len(self)} batches.")
+        return self.dataset.get_batch(index % len(self.dataset))
+
+    def __len__(self) -> int:
+        return len(self.dataset) * self.num_epochs
 
 
 def _check_dataset(dataset: RLDataset) -> None:

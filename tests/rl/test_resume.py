@@ -1,5 +1,5 @@
 """An RL run killed with SIGKILL and started again logs exactly what an uninterrupted run logs, in
-synchronous, async (off-by-K) and streaming-minibatch mode: every sample is seeded from (seed,
+synchronous, async (off-by-K) and streaming-minibatch mode, and with the newer options: every sample is seeded from (seed,
 step, group, sample), and which weights sample which groups, and which groups form a minibatch,
 depend on the step and group numbers alone."""
 
@@ -20,6 +20,11 @@ MODES = {
     "sync": [],
     "async": ["async_config.max_steps_off_policy=2", "async_config.groups_per_batch=2"],
     "stream": ["stream_minibatch_config.groups_per_batch=2", "stream_minibatch_config.num_minibatches=2"],
+    # The newer options together: two epochs of 4 batches, GSPO with GRPO's advantages averaged per
+    # token (DAPO), a discounted KL penalty against the base model, retries.
+    "options": ["num_epochs=2", "dataset_builder.n_batches=4", "loss_fn=gspo", "advantage_normalization=group_std",
+                "loss_aggregation=token_mean", "kl_penalty_coef=0.1", "kl_discount_factor=0.5",
+                "rollout_limits.max_retries=1"],
 }
 STEPS = 8  # 8 batches of 2 groups; async takes 2 groups a step, so 8 steps too
 
