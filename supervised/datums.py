@@ -13,7 +13,7 @@ token left (after cutting, or because nothing was selected) is a `DataFormatErro
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from tinker import types
@@ -128,3 +128,23 @@ def datum_weights(datum: types.Datum) -> np.ndarray:
 def _json_kind(value: Any) -> str:
     kinds = {list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
     return kinds.get(type(value), type(value).__name__)
+
+
+LossReduction = Literal["sum", "example_mean"]
+
+
+def reduced_batch(batch: Sequence[types.Datum], reduction: LossReduction) -> list[types.Datum]:
+    """The datums to train on under `reduction`: as they are for `sum` (every trained token's NLL
+    counts once, so a longer example weighs more), or, for `example_mean`, each datum's weights divided
+    by their sum, so the loss is the sum over examples of each example's mean token NLL (tinker-cookbook's
+    default since its PR #334). Under Adam an overall scale of the gradient does not change the step,
+    so a learning rate means the same under both; what differs is how long and short examples weigh."""
+    if reduction == "sum":
+        return list(batch)
+    reduced = []
+    for datum in batch:
+        weights = datum_weights(datum)
+        inputs = dict(datum.loss_fn_inputs)
+        inputs["weights"] = types.TensorData.from_numpy((weights / weights.sum()).astype(np.float32))
+        reduced.append(types.Datum(model_input=datum.model_input, loss_fn_inputs=inputs))
+    return reduced

@@ -43,7 +43,7 @@ from recipes_lib.logging import MultiplexLogger
 from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.schedules import LRSchedule, lr_multiplier
 from recipes_lib.tokenizers import get_tokenizer
-from supervised.datums import compute_mean_nll, datum_weights
+from supervised.datums import LossReduction, compute_mean_nll, datum_weights, reduced_batch
 from supervised.types import DatumListDataset, SupervisedDataset, SupervisedDatasetBuilder
 
 logger = logging.getLogger(__name__)
@@ -95,6 +95,9 @@ class Config:
     adam_beta1: float = ADAM_BETA1
     adam_beta2: float = ADAM_BETA2
     adam_eps: float = ADAM_EPS
+    # How an example's token losses add up: sum (each trained token once) or example_mean (each example's
+    # mean, as tinker-cookbook); learning rates carry over (see supervised.datums.reduced_batch).
+    loss_reduction: LossReduction = "sum"
     # Steps submitted ahead of the one being read (request pipelining); 0 waits on every step.
     submit_ahead: int = 1
 
@@ -256,7 +259,7 @@ def _submit(run: Run, step: int, batch: list[types.Datum], eval_metrics: dict[st
     config = run.config
     learning_rate = config.learning_rate * lr_multiplier(config.lr_schedule, step, run.plan.total_steps)
     adam = adam_params(learning_rate, config.adam_beta1, config.adam_beta2, config.adam_eps)
-    forward_backward = run.training_client.forward_backward(batch, "cross_entropy")
+    forward_backward = run.training_client.forward_backward(reduced_batch(batch, config.loss_reduction), "cross_entropy")
     optim_step = run.training_client.optim_step(adam)
     metrics = {
         "epoch": run.plan.position(step)[0],

@@ -86,3 +86,23 @@ def test_mean_nll_is_weighted_by_hand() -> None:
     logprobs = [np.array([-1.0, -3.0, -100.0]), np.array([-0.5])]
     weights = [np.array([1.0, 1.0, 0.0]), np.array([2.0])]
     assert compute_mean_nll(logprobs, weights) == pytest.approx(5.0 / 4.0)
+
+
+def test_example_mean_makes_the_loss_each_examples_mean_token_nll(service_client) -> None:  # type: ignore[no-untyped-def]
+    """With loss_reduction=example_mean the engine's summed loss is, over examples, the weighted mean of
+    each example's token NLLs (computed here from the plain forward's log-probs); `sum` leaves the
+    datums as they are."""
+    from supervised.datums import reduced_batch
+
+    batch = [datum_from_tokens_weights([1, 5, 9, 14, 3], [0, 1, 1, 0.5, 1]),
+             datum_from_tokens_weights([1, 7, 7], [0, 1, 1])]
+    assert reduced_batch(batch, "sum") == batch
+    reduced = reduced_batch(batch, "example_mean")
+    np.testing.assert_allclose([float(np.asarray(d.loss_fn_inputs["weights"].to_numpy()).sum()) for d in reduced], 1.0)
+    trainer = service_client.create_lora_training_client("recipes/tiny-llama", rank=4, seed=0)
+    plain = trainer.forward(batch, "cross_entropy").result()
+    expected = 0.0
+    for datum, out in zip(batch, plain.loss_fn_outputs, strict=True):
+        weights = np.asarray(datum.loss_fn_inputs["weights"].to_numpy(), dtype=np.float64)
+        expected += -(weights * out["logprobs"].to_numpy()).sum() / weights.sum()
+    assert trainer.forward(reduced, "cross_entropy").result().metrics["loss:sum"] == pytest.approx(expected, rel=1e-5)
