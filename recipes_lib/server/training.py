@@ -30,6 +30,9 @@ def _add_model_routes(app: FastAPI, server: Server) -> None:
         server.registry.session(body.session_id)
         model_id = f"{body.session_id}:train:{body.model_seq_id}"
         lora = body.lora_config or types.LoraConfig(rank=32)
+        if body.optimizer_config.type != "adamw":
+            raise UserError(400, f"This server trains with AdamW only; optimizer_config {body.optimizer_config!r} "
+                                 "is not supported. Create the client without optimizer= (or with AdamOptimizerConfig).")
 
         def create() -> types.CreateModelResponse:
             client = server.service.create_lora_training_client(

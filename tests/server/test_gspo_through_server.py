@@ -18,7 +18,7 @@ MASK = np.array([0.0, 1.0, 1.0, 1.0, 0.0], dtype=np.float32)
 
 def test_gspo_through_the_sdk_equals_its_formula(server: ThreadedServer) -> None:
     service = tinker.ServiceClient(base_url=server.url, api_key=API_KEY)
-    trainer = service.create_lora_training_client(base_model=MODEL, rank=4, seed=0)
+    trainer = service.create_lora_training_client(base_model=MODEL, rank=4, seed=0).result()
     plain = types.Datum(model_input=types.ModelInput.from_ints(TOKENS),
                         loss_fn_inputs={"target_tokens": TARGETS, "weights": [1.0] * 5})
     lp = np.asarray(trainer.forward([plain], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy(),

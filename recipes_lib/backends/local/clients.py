@@ -366,8 +366,14 @@ class ServiceClient(_SelfFuture):
     def create_lora_training_client(
         self, base_model: str, rank: int = 32, seed: int | None = None, train_mlp: bool = True,
         train_attn: bool = True, train_unembed: bool = True, user_metadata: dict[str, str] | None = None,
+        optimizer: Any = None,
     ) -> TrainingClient:
-        """A new LoRA adapter (B = 0, so it starts as the base model) on `base_model`."""
+        """A new LoRA adapter (B = 0, so it starts as the base model) on `base_model`.
+
+        `optimizer`: the SDK's optimizer identity; the local engine implements AdamW
+        (`types.AdamOptimizerConfig`, the default) and refuses any other (e.g. Dimuon) by name.
+        """
+        check_optimizer(optimizer)
         if rank < 1:
             raise DataFormatError(f"LoRA rank must be >= 1, got {rank}.")
         spec = adapters.LoraSpec(rank, seed, train_mlp, train_attn, train_unembed)
@@ -503,6 +509,16 @@ def _check_training_fits(base: BaseEntry, prepared: list[PreparedDatum], budget:
 
 # fp32 weights, their gradients, Adam's two moments and one snapshot for a sampling client.
 LORA_BYTES_PER_WEIGHT = 4 * 5
+
+
+def check_optimizer(optimizer: Any) -> None:
+    """None or AdamW (`types.AdamOptimizerConfig`, type "adamw"); any other optimizer is a ConfigurationError."""
+    kind = getattr(optimizer, "type", None)
+    if optimizer is not None and kind != "adamw":
+        raise ConfigurationError(
+            f"The local engine trains with AdamW only; got the optimizer {kind or type(optimizer).__name__!r} "
+            f"({optimizer!r}). Pass optimizer=None or tinker.types.AdamOptimizerConfig()."
+        )
 
 
 def _check_lora_fits(base: BaseEntry, spec: adapters.LoraSpec, budget: MemoryBudget) -> None:
