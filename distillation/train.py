@@ -48,6 +48,7 @@ from distillation.data import (
 from distillation.datasets import PromptDataset, PromptDatasetBuilder
 from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators, run_evaluators_timed
 from eval.model_source import backend_for, open_model_source
+from recipes_lib.backends import sampling_client_now
 from recipes_lib.backends.protocols import SamplingClient, ServiceClient, TrainingClient
 from recipes_lib.checkpoints import save_step_checkpoint
 from recipes_lib.cli import LogdirBehavior, eval_due, open_run, save_due, start_run
@@ -211,7 +212,7 @@ def open_teacher(config: Config, service: ServiceClient) -> SamplingClient:
 async def _loop(run: _Run) -> None:
     """Evaluate when due, train one step, refresh the sampler, checkpoint when due, log; repeat."""
     config = run.config
-    sampler = await run.training_client.save_weights_and_get_sampling_client_async()
+    sampler = await sampling_client_now(run.training_client)
     if config.evaluate_teacher and run.start_step == 0 and run.evaluators:
         teacher_metrics = await run_evaluators(run.evaluators, run.training_client, lambda: run.teacher)
         run.logger.log_metrics({TEACHER_PREFIX + key: value for key, value in teacher_metrics.items()}, 0)
@@ -223,7 +224,7 @@ async def _loop(run: _Run) -> None:
         if eval_due(config.eval_every, step, run.total_steps) and run.evaluators:
             metrics.update(await _evaluate(run, sampler))
         metrics.update(await _train_step(run, sampler, run.dataset.get_batch(step), learning_rate))
-        sampler = await run.training_client.save_weights_and_get_sampling_client_async()
+        sampler = await sampling_client_now(run.training_client)
         if save_due(config.save_every, step + 1, run.total_steps):
             metrics.update(await _save(run, step + 1))
         metrics["time/total"] = time.monotonic() - started

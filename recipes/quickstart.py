@@ -69,7 +69,7 @@ def main(config: Config) -> list[float]:
         losses.append(float(-np.dot(logprobs, weights) / weights.sum()))
         print(f"step {step}: loss per token {losses[-1]:.4f}")
 
-    sampling_client = training_client.save_weights_and_get_sampling_client(name="pig-latin-model").result()
+    sampling_client = training_client.save_weights_and_get_sampling_client().result()
     prompt = types.ModelInput.from_ints(tokenizer.encode("English: coffee break\nPig Latin:"))
     params = types.SamplingParams(max_tokens=20, temperature=0.0, stop=["\n"])
     result = sampling_client.sample(prompt=prompt, sampling_params=params, num_samples=8).result()

@@ -36,6 +36,7 @@ import numpy as np
 from tinker import types
 
 from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators_timed
+from recipes_lib.backends import sampling_client_now
 from recipes_lib.backends.protocols import Future, SamplingClient, ServiceClient, TrainingClient
 from recipes_lib.checkpoints import CheckpointRecord, save_step_checkpoint
 from recipes_lib.cli import LogdirBehavior, eval_due, open_run, save_due, start_run
@@ -315,7 +316,7 @@ def _make_source(config: Config, dataset: RLDataset, start_step: int, total_step
 async def _loop(run: _Run) -> None:
     """Evaluate when due, train one step, refresh the sampler, checkpoint when due, log; repeat."""
     config = run.config
-    sampler = await run.training_client.save_weights_and_get_sampling_client_async()
+    sampler = await sampling_client_now(run.training_client)
     run.source.set_policy(run.start_step, sampler)
     for step in range(run.start_step, run.total_steps):
         started = time.monotonic()
@@ -324,7 +325,7 @@ async def _loop(run: _Run) -> None:
         if eval_due(config.eval_every, step, run.total_steps) and run.evaluators:
             metrics.update(await _evaluate(run, sampler))
         metrics.update(await _train_step(run, step))
-        sampler = await run.training_client.save_weights_and_get_sampling_client_async()
+        sampler = await sampling_client_now(run.training_client)
         run.source.set_policy(step + 1, sampler)
         if save_due(config.save_every, step + 1, run.total_steps):
             metrics.update(await _save(run, step + 1))

@@ -5,7 +5,9 @@ branch on the backend themselves.
 """
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import tinker
 
 from recipes_lib.backends.protocols import SamplingClient, ServiceClient, TrainingClient
 from recipes_lib.config import BackendConfig
@@ -25,6 +27,15 @@ def make_service_client(config: BackendConfig | None = None) -> ServiceClient:
     return LocalServiceClient(precision=config.precision, device=config.device)
 
 
+async def sampling_client_now(training_client: TrainingClient) -> Any:
+    """A sampling client on `training_client`'s current weights, awaited without holding the event
+    loop: on the hosted API in the SDK's current form (`await save_weights_and_get_sampling_client()`:
+    its `_async` twin is deprecated), on the local engine through its `_async` method."""
+    if isinstance(training_client, tinker.TrainingClient):
+        return await training_client.save_weights_and_get_sampling_client()
+    return await training_client.save_weights_and_get_sampling_client_async()
+
+
 def run_hosted(fn: Callable[[], T]) -> T:
     """`fn()` on a second thread while the main thread serves the local engine it creates (faster on a
     CPU; `recipes_lib.backends.local.host` says why). Every recipe's entry point runs this way."""
@@ -33,4 +44,4 @@ def run_hosted(fn: Callable[[], T]) -> T:
     return run(fn)
 
 
-__all__ = ["make_service_client", "run_hosted", "ServiceClient", "TrainingClient", "SamplingClient", "BackendConfig"]
+__all__ = ["make_service_client", "run_hosted", "sampling_client_now", "ServiceClient", "TrainingClient", "SamplingClient", "BackendConfig"]

@@ -42,7 +42,7 @@ def _trimmed_resident() -> int:
 
 def _graph_tensors() -> int:
     gc.collect()
-    return sum(1 for obj in gc.get_objects() if isinstance(obj, torch.Tensor) and obj.grad_fn is not None)
+    return sum(1 for obj in gc.get_objects() if issubclass(type(obj), torch.Tensor) and obj.grad_fn is not None)
 
 
 async def _rollouts(sampler: tinker.SamplingClient, prompts: list[list[int]]) -> list[types.SampleResponse]:
