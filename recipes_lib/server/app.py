@@ -16,9 +16,12 @@ is found while parsing, or a failed future (`{"error", "category": "user"}`) whe
 it; anything else is a bug, logged with its traceback and reported as a server error.
 """
 
+import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -100,7 +103,8 @@ async def _no_body() -> Message:
 def create_app(service: ServiceClient, api_key: str, max_body_bytes: int = 64 * 2**20) -> FastAPI:
     """The Tinker REST API over `service` (the in-process local engine), guarded by `api_key`."""
     server = Server(service, api_key)
-    app = FastAPI(title="recipes engine (Tinker REST API)", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="recipes engine (Tinker REST API)", docs_url=None, redoc_url=None, openapi_url=None,
+                  lifespan=_quiet_shutdown)
     app.state.server = server
     _install_error_handlers(app)
     _install_auth(app, server)
@@ -110,6 +114,39 @@ def create_app(service: ServiceClient, api_key: str, max_body_bytes: int = 64 * 
     rest.add_routes(app, server)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     return app
+
+
+@contextlib.asynccontextmanager
+async def _quiet_shutdown(app: FastAPI) -> AsyncIterator[None]:
+    """After the server has stopped, the event loop closes the request middleware's task-group
+    generators that requests cut off by the shutdown left open; starlette's raise "exit cancel scope
+    in a different task" there, which asyncio would print as a traceback on every Ctrl-C of a busy
+    server (seen under load). Those, and only once stopping, are logged at debug level."""
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    loop.set_exception_handler(shutdown_exception_handler(loop.get_exception_handler(), stopping.is_set))
+    try:
+        yield
+    finally:
+        stopping.set()
+
+
+def shutdown_exception_handler(previous: Callable[..., Any] | None,
+                               stopping: Callable[[], bool]) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
+    """An event-loop exception handler that drops the closing errors of starlette's task-group
+    generators once `stopping()`, and hands everything else to `previous` (or asyncio's default)."""
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        generator = context.get("asyncgen")
+        if stopping() and "create_collapsing_task_group" in str(getattr(generator, "__qualname__", "")):
+            logger.debug("at shutdown: %s", context.get("message"))
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    return handle
 
 
 def _install_error_handlers(app: FastAPI) -> None:
