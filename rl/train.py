@@ -456,10 +456,8 @@ async def _submit_minibatch(run: _Run, groups_P: list[TrajectoryGroup]) -> _Mini
         batch, kl_policy_base = await _shape_with_kl(run.base_sampler, batch, config.kl_penalty_coef,
                                                      config.kl_discount_factor)
     if config.loss_aggregation != "token_sum":
-        advantages_D = aggregate_advantages([loss_input(d, "advantages") for d in batch.data_D], batch.masks_D,
-                                            config.loss_aggregation, config.max_tokens)
-        batch = TrainingBatch([with_advantages(d, a) for d, a in zip(batch.data_D, advantages_D, strict=True)],
-                              batch.masks_D, batch.group_index_D, batch.trajectory_index_D)
+        batch = _with_advantages(batch, aggregate_advantages([loss_input(d, "advantages") for d in batch.data_D],
+                                                             batch.masks_D, config.loss_aggregation, config.max_tokens))
     future = run.training_client.forward_backward(batch.data_D, run.config.loss_fn, run.config.loss_fn_config)
     return _Minibatch(batch, future, kl_policy_base)
 
@@ -477,8 +475,13 @@ async def _shape_with_kl(base: SamplingClient, batch: TrainingBatch, coef: float
     advantages_D, kl_mean = kl_penalty([loss_input(d, "advantages") for d in batch.data_D],
                                        [loss_input(d, "logprobs") for d in batch.data_D], base_D, batch.masks_D, coef,
                                        discount)
+    return _with_advantages(batch, advantages_D), kl_mean
+
+
+def _with_advantages(batch: TrainingBatch, advantages_D: list[np.ndarray]) -> TrainingBatch:
+    """The batch with each datum's advantages replaced."""
     data_D = [with_advantages(d, a) for d, a in zip(batch.data_D, advantages_D, strict=True)]
-    return TrainingBatch(data_D, batch.masks_D, batch.group_index_D, batch.trajectory_index_D), kl_mean
+    return TrainingBatch(data_D, batch.masks_D, batch.group_index_D, batch.trajectory_index_D)
 
 
 # -- metrics and transcripts -------------------------------------------------------------------------

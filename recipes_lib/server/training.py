@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from tinker import types
 
+from recipes_lib.backends.local.clients import check_optimizer
 from recipes_lib.backends.local.custom_loss import compile_graph
 from recipes_lib.server import naming, wire
 from recipes_lib.server.messages import UserError, completed, ok, parse
@@ -30,9 +31,7 @@ def _add_model_routes(app: FastAPI, server: Server) -> None:
         server.registry.session(body.session_id)
         model_id = f"{body.session_id}:train:{body.model_seq_id}"
         lora = body.lora_config or types.LoraConfig(rank=32)
-        if body.optimizer_config.type != "adamw":
-            raise UserError(400, f"This server trains with AdamW only; optimizer_config {body.optimizer_config!r} "
-                                 "is not supported. Create the client without optimizer= (or with AdamOptimizerConfig).")
+        check_optimizer(body.optimizer_config)  # before any work: a 400 naming the optimizer
 
         def create() -> types.CreateModelResponse:
             client = server.service.create_lora_training_client(

@@ -1,8 +1,8 @@
 """Numerics of the local engine: device, training autocast dtype and sampler weight dtype.
 
 `auto` picks bf16 where it measurably helps: on CUDA, and on CPUs with native bf16 dot products
-(AVX512-BF16 or AMX), where a LoRA step of SmolLM2 measured 1.5-1.7x faster than fp32 on this
-project's 2-core machine (`make bench` prints both). Elsewhere bf16 is emulated and slower, so
+(AVX512-BF16 or AMX), where a LoRA step runs faster in bf16 than in fp32 (`make bench` prints
+both). Elsewhere bf16 is emulated and slower, so
 `auto` stays in fp32. Training always keeps fp32 master weights and computes log-softmax in fp32.
 """
 
