@@ -37,6 +37,7 @@ class TokensWithLogprobs:
     tokens: list[int]
     maybe_logprobs: list[float] | None
     stop_reason: tinker.types.StopReason = "stop"
+    sequence_id: str | None = None  # the sampler's id of this sequence (names it in provenance spans)
 
     @property
     def logprobs(self) -> list[float]:
@@ -110,7 +111,7 @@ class TinkerTokenCompleter:
             prompt=model_input, num_samples=1, sampling_params=params
         )
         sequence = response.sequences[0]
-        return TokensWithLogprobs(list(sequence.tokens), sequence.logprobs, sequence.stop_reason)
+        return TokensWithLogprobs(list(sequence.tokens), sequence.logprobs, sequence.stop_reason, sequence.sequence_id)
 
     def _token_budget(self, model_input: tinker.types.ModelInput, max_tokens: int | None) -> int:
         """min(self.max_tokens, max_tokens, room left in the context window)."""

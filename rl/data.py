@@ -11,9 +11,14 @@ full token sequence:
 and, as for every datum, the model input is `tokens[:-1]` and each loss input is aligned with the
 targets `tokens[1:]`. The mask stays on this side (it is not a loss input the API accepts); it
 selects action tokens for the KL metrics.
+
+Where every action names its sampled sequence (`TokensWithLogprobs.sequence_id`), the datum also
+carries provenance (`Datum.with_provenance`, which `stable_reinforce` needs): each observation's new
+tokens are a run of that turn's request prompt, each action a run of its sampled tokens.
 """
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -24,6 +29,7 @@ from recipes_lib.exceptions import DataFormatError
 from rl.types import Trajectory, TrajectoryGroup, Transition
 
 T = TypeVar("T")
+Span = tinker.types.PromptProvenanceSpan | tinker.types.SampledProvenanceSpan
 
 
 @dataclass(frozen=True)
@@ -50,8 +56,13 @@ class _Sequence:
     logprobs: list[float] = field(default_factory=list)
     advantages: list[float] = field(default_factory=list)
     mask: list[float] = field(default_factory=list)
+    # Where each token came from, while every turn so far named its sampled sequence; else None.
+    spans: list[Span] | None = field(default_factory=list)
 
-    def add_observation(self, tokens: Sequence[int]) -> None:
+    def add_observation(self, tokens: Sequence[int], sequence_id: str | None) -> None:
+        if tokens:
+            self._name(sequence_id, lambda sid: tinker.types.PromptProvenanceSpan(
+                sequence_id=sid, offset=len(self.tokens), length=len(tokens)))
         self._add(tokens, [0.0] * len(tokens), 0.0, 0.0)
 
     def add_action(self, transition: Transition, advantage: float) -> None:
@@ -61,7 +72,14 @@ class _Sequence:
                 f"An action of {len(transition.ac.tokens)} tokens came with "
                 f"{'no' if logprobs is None else len(logprobs)} log-probs; RL needs one per sampled token."
             )
+        if transition.ac.tokens:
+            self._name(transition.ac.sequence_id, lambda sid: tinker.types.SampledProvenanceSpan(
+                sequence_id=sid, length=len(transition.ac.tokens)))
         self._add(transition.ac.tokens, logprobs, advantage, 1.0)
+
+    def _name(self, sequence_id: str | None, span: "Callable[[str], Span]") -> None:
+        if self.spans is not None:
+            self.spans = None if sequence_id is None else [*self.spans, span(sequence_id)]
 
     def _add(self, tokens: Sequence[int], logprobs: Sequence[float], advantage: float, mask: float) -> None:
         self.tokens += tokens
@@ -81,7 +99,20 @@ class _Sequence:
                 "advantages": tinker.types.TensorData.from_numpy(np.asarray(self.advantages[1:], dtype=np.float32)),
             },
         )
+        if self.spans:  # the input drops the last token, the targets the first
+            datum = datum.with_provenance(model_input=_without_last(self.spans), loss_fn_inputs=_without_first(self.spans))
         return datum, np.asarray(self.mask[1:], dtype=np.float32)
+
+
+def _without_first(spans: list[Span]) -> list[Span]:
+    first = spans[0]
+    rest = [dataclasses.replace(first, offset=first.offset + 1, length=first.length - 1)] if first.length > 1 else []
+    return rest + spans[1:]
+
+
+def _without_last(spans: list[Span]) -> list[Span]:
+    last = spans[-1]
+    return spans[:-1] + ([dataclasses.replace(last, length=last.length - 1)] if last.length > 1 else [])
 
 
 def trajectory_to_data(trajectory: Trajectory, advantage: float) -> list[tuple[tinker.types.Datum, np.ndarray]]:
@@ -94,11 +125,12 @@ def trajectory_to_data(trajectory: Trajectory, advantage: float) -> list[tuple[t
     for transition in trajectory.transitions:
         ob_tokens = list(transition.ob.to_ints())
         current = sequences[-1] if sequences else None
+        sequence_id = transition.ac.sequence_id
         if current is not None and ob_tokens[: len(current.tokens)] == current.tokens:
-            current.add_observation(ob_tokens[len(current.tokens) :])
+            current.add_observation(ob_tokens[len(current.tokens) :], sequence_id)
         else:
             current = _Sequence()
-            current.add_observation(ob_tokens)
+            current.add_observation(ob_tokens, sequence_id)
             sequences.append(current)
         current.add_action(transition, advantage)
     return [sequence.to_datum() for sequence in sequences]
@@ -139,7 +171,7 @@ def with_advantages(datum: tinker.types.Datum, advantages_T: np.ndarray) -> tink
     """A copy of an RL datum with its `advantages` replaced (e.g. after KL shaping)."""
     inputs = dict(datum.loss_fn_inputs)
     inputs["advantages"] = tinker.types.TensorData.from_numpy(np.asarray(advantages_T, dtype=np.float32))
-    return tinker.types.Datum(model_input=datum.model_input, loss_fn_inputs=inputs)
+    return dataclasses.replace(datum, loss_fn_inputs=inputs)  # its provenance spans stay
 
 
 def loss_input(datum: tinker.types.Datum, key: str) -> np.ndarray:

@@ -11,6 +11,7 @@ returns is our `rl.data.TrainingBatch` (what `rl.train` uses), which also unpack
 `(data_D, metadata_D)` pair, one `{"group_idx", "traj_idx"}` dict per datum.
 """
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -61,4 +62,4 @@ def _remove_mask(datum: tinker.types.Datum) -> tinker.types.Datum:
     if "mask" not in datum.loss_fn_inputs:
         return datum
     inputs = {key: value for key, value in datum.loss_fn_inputs.items() if key != "mask"}
-    return tinker.types.Datum(model_input=datum.model_input, loss_fn_inputs=inputs)
+    return dataclasses.replace(datum, loss_fn_inputs=inputs)  # its provenance spans stay

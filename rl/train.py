@@ -64,7 +64,7 @@ from rl.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder, TrajectoryGro
 
 logger = logging.getLogger(__name__)
 
-LossFn = Literal["importance_sampling", "ppo", "cispo", "dro", "gspo"]
+LossFn = Literal["importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce"]
 
 
 @chz.chz
@@ -113,7 +113,9 @@ class Config:
 
     # Sampling temperature of training rollouts; 1.0 samples the policy itself.
     temperature: float = 1.0
-    # importance_sampling (REINFORCE with an importance ratio), ppo, cispo, dro or gspo.
+    # importance_sampling (REINFORCE with an importance ratio), ppo, cispo, dro, gspo or stable_reinforce
+    # (REINFORCE with the importance weight against the sampler's own recorded log-probs, truncated;
+    # its samplers record what they sample: recipes_lib/backends/local/losses.py).
     loss_fn: LossFn = "importance_sampling"
     # The loss's settings, e.g. clip_low_threshold / clip_high_threshold for ppo, beta for dro.
     loss_fn_config: dict[str, float] | None = None
@@ -316,7 +318,7 @@ def _make_source(config: Config, dataset: RLDataset, start_step: int, total_step
 async def _loop(run: _Run) -> None:
     """Evaluate when due, train one step, refresh the sampler, checkpoint when due, log; repeat."""
     config = run.config
-    sampler = await sampling_client_now(run.training_client)
+    sampler = await _sampler(run)
     run.source.set_policy(run.start_step, sampler)
     for step in range(run.start_step, run.total_steps):
         started = time.monotonic()
@@ -325,7 +327,7 @@ async def _loop(run: _Run) -> None:
         if eval_due(config.eval_every, step, run.total_steps) and run.evaluators:
             metrics.update(await _evaluate(run, sampler))
         metrics.update(await _train_step(run, step))
-        sampler = await sampling_client_now(run.training_client)
+        sampler = await _sampler(run)
         run.source.set_policy(step + 1, sampler)
         if save_due(config.save_every, step + 1, run.total_steps):
             metrics.update(await _save(run, step + 1))
@@ -334,6 +336,11 @@ async def _loop(run: _Run) -> None:
     if config.eval_every > 0 and run.evaluators:
         run.logger.log_metrics(await _evaluate(run, sampler), run.total_steps)
     await _save(run, run.total_steps, final=True)
+
+
+async def _sampler(run: _Run) -> SamplingClient:
+    """A sampling client on the current weights (recording its samples where the loss needs them)."""
+    return await sampling_client_now(run.training_client, record_stability_info=run.config.loss_fn == "stable_reinforce")
 
 
 async def _evaluate(run: _Run, sampler: SamplingClient) -> dict[str, float]:

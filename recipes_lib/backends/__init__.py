@@ -27,13 +27,14 @@ def make_service_client(config: BackendConfig | None = None) -> ServiceClient:
     return LocalServiceClient(precision=config.precision, device=config.device)
 
 
-async def sampling_client_now(training_client: TrainingClient) -> Any:
+async def sampling_client_now(training_client: TrainingClient, record_stability_info: bool = False) -> Any:
     """A sampling client on `training_client`'s current weights, awaited without holding the event
     loop: on the hosted API in the SDK's current form (`await save_weights_and_get_sampling_client()`:
-    its `_async` twin is deprecated), on the local engine through its `_async` method."""
+    its `_async` twin is deprecated), on the local engine through its `_async` method.
+    `record_stability_info`: it records its samples for `stable_reinforce`."""
     if isinstance(training_client, tinker.TrainingClient):
-        return await training_client.save_weights_and_get_sampling_client()
-    return await training_client.save_weights_and_get_sampling_client_async()
+        return await training_client.save_weights_and_get_sampling_client(record_stability_info=record_stability_info)
+    return await training_client.save_weights_and_get_sampling_client_async(record_stability_info=record_stability_info)
 
 
 def run_hosted(fn: Callable[[], T]) -> T:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from recipes_lib.backends.local.clients import SamplingClient, TrainingClient
 from recipes_lib.backends.local.custom_loss import CompiledLoss
+from recipes_lib.backends.local.stability import RECORDS
 from recipes_lib.exceptions import DataFormatError
 
 
@@ -77,6 +78,7 @@ class Registry:
             for table in (self.models, self.samplers, self.losses):
                 for key in [k for k in table if k.startswith(prefix)]:
                     del table[key]
+        RECORDS.drop_session(session_id)
 
     def drop_stale_sessions(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -93,6 +95,7 @@ class Registry:
         return session
 
     def add_model(self, model_id: str, client: TrainingClient) -> None:
+        client.session = model_id.split(":", 1)[0]  # it trains on what its session's samplers recorded
         with self._lock:
             if model_id in self.models:
                 raise DataFormatError(f"Model {model_id!r} already exists in this session (model_seq_id reused).")

@@ -1,12 +1,19 @@
 """Sampling endpoints: sampling sessions (from a checkpoint, a base model or a snapshot) and `asample`."""
 
 import asyncio
+import math
+import uuid
 from typing import Any
 
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from tinker import types
+from tinker.types._pydantic_types.tensor_data import TensorData as TensorDataModel
 
+from recipes_lib.backends.local.batch import model_input_tokens
+from recipes_lib.backends.local.stability import RECORDS
+from recipes_lib.exceptions import DataFormatError
 from recipes_lib.server import naming
 from recipes_lib.server.messages import UserError, ok, parse
 from recipes_lib.server.state import Server
@@ -42,20 +49,58 @@ def add_routes(app: FastAPI, server: Server) -> None:
     @app.post("/api/v1/asample")
     async def asample(request: Request) -> Response:
         body = await parse(request, types.SampleRequest)
-        unsupported = [name for name, value in (
-            ("topk_sample_logprobs", body.topk_sample_logprobs), ("target_prompt_logprobs", body.target_prompt_logprobs),
-            ("prompt_alt_tokens_k", body.prompt_alt_tokens_k), ("prompt_logprobs_last_n", body.prompt_logprobs_last_n),
-            ("record_stability_info", body.record_stability_info)) if value]
-        if unsupported:
-            raise UserError(400, f"SampleRequest fields {unsupported} are not implemented by this server.")
         # A checkpoint path loads its adapter from disk: off the event loop, which must keep answering.
         client = await asyncio.to_thread(_sampling_client, server, body)
         future = client.sample(body.prompt, body.num_samples, body.sampling_params,
                                include_prompt_logprobs=bool(body.prompt_logprobs),
-                               topk_prompt_logprobs=body.topk_prompt_logprobs)
+                               topk_prompt_logprobs=body.topk_prompt_logprobs,
+                               topk_sample_logprobs=body.topk_sample_logprobs,
+                               target_prompt_logprobs=_target_ids(body.target_prompt_logprobs),
+                               prompt_alt_tokens_k=body.prompt_alt_tokens_k,
+                               prompt_logprobs_last_n=body.prompt_logprobs_last_n)
+        # The sequences' ids are fixed now (the SDK stamps them on the result), unique in the process.
+        ids = [f"seq-{uuid.uuid4().hex[:16]}-{i}" for i in range(body.num_samples)]
+        if body.record_stability_info:
+            future = _recorded(future, _recording_session(body), model_input_tokens(body.prompt, "prompt"), ids)
         request_id = server.track(future.future())
-        ids = [f"{request_id}:{i}" for i in range(body.num_samples)]
         return ok(types.UntypedAPIFuture(request_id=request_id, sample_sequence_ids=ids))
+
+
+def _recording_session(body: types.SampleRequest) -> str:
+    """The session a recorded sample belongs to: its sampling session's."""
+    if body.sampling_session_id is None:
+        raise UserError(400, "record_stability_info needs a sampling session (the SDK's sampling clients use one): "
+                             "recorded sequences belong to the session that sampled them.")
+    return body.sampling_session_id.split(":", 1)[0]
+
+
+def _recorded(future: Any, session: str, prompt: list[int], ids: list[str]) -> Any:
+    """`future`, whose sequences are recorded under `ids` (for `stable_reinforce`) before it resolves."""
+
+    def record(response: types.SampleResponse) -> types.SampleResponse:
+        RECORDS.record(session, prompt, response, ids)
+        return response
+
+    return future.map(record)
+
+
+def _target_ids(tensor: TensorDataModel | None) -> types.TensorData | None:
+    """A request's JSON `target_prompt_logprobs` as the `TensorData` the engine takes.
+
+    Raises:
+        DataFormatError: a dense tensor whose values do not fill its shape (`TensorData` would fail
+            to reshape them), or int64 values that are not integers.
+    """
+    if tensor is None:
+        return None
+    values = np.asarray(tensor.data)
+    if tensor.sparse_crow_indices is None and tensor.shape is not None and values.size != math.prod(tensor.shape):
+        raise DataFormatError(f"target_prompt_logprobs has shape {tensor.shape} but {values.size} values.")
+    if tensor.dtype == "int64" and values.dtype.kind == "f" and not np.array_equal(values, np.trunc(values)):
+        raise DataFormatError("target_prompt_logprobs is an int64 tensor of token ids but holds fractional values.")
+    return types.TensorData(data=values, dtype=tensor.dtype, shape=tensor.shape,
+                            sparse_crow_indices=tensor.sparse_crow_indices,
+                            sparse_col_indices=tensor.sparse_col_indices)
 
 
 def _sampling_client(server: Server, body: types.SampleRequest) -> Any:

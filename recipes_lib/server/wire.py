@@ -7,6 +7,9 @@ the SDK's pydantic types. The SDK ships the other direction of each conversion
 against the SDK's own message classes, so a field added to the schema fails loudly here.
 """
 
+import dataclasses
+from collections.abc import Iterable
+
 import numpy as np
 from tinker import types
 from tinker.proto import tinker_public_pb2 as pb
@@ -59,7 +62,27 @@ def _datum(index: int, msg: pb.Datum) -> types.Datum:
             raise DataFormatError(f"datum {index}: the local engine accepts text tokens only, got a {kind} chunk.")
         chunks.append(types.EncodedTextChunk(tokens=np.frombuffer(chunk.encoded_text.tokens, np.int32).tolist()))
     inputs = {name: _tensor(index, name, tensor) for name, tensor in msg.loss_fn_inputs.items()}
-    return types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs)
+    datum = types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs)
+    if not msg.model_input_spans and not msg.loss_fn_input_spans:
+        return datum
+    spans = [_spans(index, name, getattr(msg, name)) for name in ("model_input_spans", "loss_fn_input_spans")]
+    return dataclasses.replace(datum, model_input_spans=spans[0], loss_fn_input_spans=spans[1])
+
+
+def _spans(index: int, name: str, messages: Iterable[pb.ProvenanceSpan]) -> types.ProvenanceSpans:
+    """A datum's provenance runs (`Datum.with_provenance`), checked as the SDK's own types check them."""
+    spans: types.ProvenanceSpans = []
+    for position, msg in enumerate(messages):
+        kind = msg.WhichOneof("span")
+        span_type = types.PromptProvenanceSpan if kind == "prompt_tokens" else types.SampledProvenanceSpan
+        fields = msg.prompt_tokens if kind == "prompt_tokens" else msg.sampled_tokens
+        if kind is None:
+            raise DataFormatError(f"datum {index}: {name}[{position}] is neither a prompt nor a sampled span.")
+        try:
+            spans.append(span_type(sequence_id=fields.sequence_id, offset=fields.offset, length=fields.length))
+        except ValueError as exc:
+            raise DataFormatError(f"datum {index}: {name}[{position}]: {exc}") from exc
+    return spans
 
 
 def _tensor(index: int, name: str, msg: pb.Tensor) -> types.TensorData:
@@ -104,11 +127,32 @@ def encode_sample_response(response: types.SampleResponse) -> bytes:
                                 tokens=np.asarray(seq.tokens, np.int32).tobytes())
         if seq.logprobs is not None:
             out.logprobs = np.asarray(seq.logprobs, np.float32).tobytes()
+        if seq.topk_logprobs_np is not None:
+            out.topk_sampled_logprobs.CopyFrom(_topk(seq.topk_logprobs_np))
     if response.prompt_logprobs_np is not None:  # NaN where there is none (the first token)
         msg.prompt_logprobs = np.asarray(response.prompt_logprobs_np, np.float32).tobytes()
     if response.topk_prompt_logprobs_np is not None:
         msg.topk_prompt_logprobs.CopyFrom(_topk(response.topk_prompt_logprobs_np))
+    if response.target_prompt_logprobs is not None:
+        msg.target_prompt_logprobs.CopyFrom(_tensor_message(response.target_prompt_logprobs))
+    if response.prompt_alt_tokens is not None:
+        alt = response.prompt_alt_tokens
+        msg.prompt_alt_tokens.CopyFrom(pb.PromptAltTokens(tokens=_tensor_message(alt.tokens),
+                                                          logprobs=_tensor_message(alt.logprobs)))
     return msg.SerializeToString()
+
+
+def _tensor_message(tensor: types.TensorData) -> pb.Tensor:
+    """A `TensorData` as a proto `Tensor`, sparse CSR kept sparse (what `response_conv` decodes)."""
+    np_dtype = _np_dtype(tensor.dtype)
+    if tensor.sparse_crow_indices is None:
+        values: np.ndarray = np.asarray(tensor.to_numpy(), np_dtype)
+        return pb.Tensor(dtype=_PROTO_DTYPE[tensor.dtype], shape=tensor.shape or list(values.shape),
+                         dense=values.tobytes())
+    csr = pb.SparseCsr(values=np.asarray(tensor.data, np_dtype).tobytes(),
+                       crow_indices=np.asarray(tensor.sparse_crow_indices, np.int64).tobytes(),
+                       col_indices=np.asarray(tensor.sparse_col_indices, np.int64).tobytes())
+    return pb.Tensor(dtype=_PROTO_DTYPE[tensor.dtype], shape=tensor.shape, sparse_csr=csr)
 
 
 def _topk(topk: TopkLogprobs) -> pb.TopkLogprobs:

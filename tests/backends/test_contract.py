@@ -38,8 +38,7 @@ SURFACE = {
 # SDK-only options the local engine does not need; they are optional in the SDK, so code that
 # calls the surface without them works on both backends.
 SDK_ONLY = {"retry_config", "record_stability_info", "weights_access_token", "user_metadata", "optimizer",
-            "base_model", "ttl_seconds", "kind", "topk_sample_logprobs", "target_prompt_logprobs",
-            "prompt_alt_tokens_k", "prompt_logprobs_last_n"}
+            "base_model", "ttl_seconds", "kind"}
 
 CASES = [(cls, method) for cls, methods in SURFACE.items() for method in methods]
 

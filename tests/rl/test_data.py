@@ -85,3 +85,31 @@ def test_split_minibatches_keeps_order_and_balances_sizes(n_items: int, parts: i
     split = split_minibatches(list(range(n_items)), parts)
     assert [len(part) for part in split] == sizes
     assert [item for part in split for item in part] == list(range(n_items))
+
+
+def test_provenance_names_each_turns_request_and_sample() -> None:
+    # Turn 1 (request "a"): ob [1, 2], action [3, 4]. Turn 2 (request "b"): ob [1, 2, 3, 4, 5, 6], action [7].
+    # Full sequence [1, 2 | 3, 4 | 5, 6 | 7] = a's prompt[0:2], a's sample, b's prompt[4:6], b's sample.
+    # The input drops the last token (b's sample vanishes), the targets the first (a's prompt starts at 1).
+    traj = Trajectory([
+        Transition(ints([1, 2]), TokensWithLogprobs([3, 4], [-0.3, -0.4], "stop", "a"), 0.0, False),
+        Transition(ints([1, 2, 3, 4, 5, 6]), TokensWithLogprobs([7], [-0.7], "stop", "b"), 1.0, True),
+    ], ints([]))
+    [(datum, _)] = trajectory_to_data(traj, advantage=1.0)
+    prompt, sampled = tinker.types.PromptProvenanceSpan, tinker.types.SampledProvenanceSpan
+    assert datum.model_input_spans == [prompt(sequence_id="a", offset=0, length=2),
+                                       sampled(sequence_id="a", length=2),
+                                       prompt(sequence_id="b", offset=4, length=2)]
+    assert datum.loss_fn_input_spans == [prompt(sequence_id="a", offset=1, length=1),
+                                         sampled(sequence_id="a", length=2),
+                                         prompt(sequence_id="b", offset=4, length=2),
+                                         sampled(sequence_id="b", length=1)]
+
+
+def test_a_turn_without_a_sequence_id_leaves_the_datum_without_provenance() -> None:
+    traj = Trajectory([
+        Transition(ints([1, 2]), TokensWithLogprobs([3, 4], [-0.3, -0.4], "stop", "a"), 0.0, False),
+        Transition(ints([1, 2, 3, 4, 5, 6]), TokensWithLogprobs([7], [-0.7]), 1.0, True),
+    ], ints([]))
+    [(datum, _)] = trajectory_to_data(traj, advantage=1.0)
+    assert datum.model_input_spans is None and datum.loss_fn_input_spans is None

@@ -25,6 +25,9 @@ MODES = {
     "options": ["num_epochs=2", "dataset_builder.n_batches=4", "loss_fn=gspo", "advantage_normalization=group_std",
                 "loss_aggregation=token_mean", "kl_penalty_coef=0.1", "kl_discount_factor=0.5",
                 "rollout_limits.max_retries=1"],
+    # StableReinforce off-by-2: the rerun's samplers record afresh what the killed run's had recorded.
+    "stable_reinforce": ["async_config.max_steps_off_policy=2", "async_config.groups_per_batch=2",
+                         "loss_fn=stable_reinforce"],
 }
 STEPS = 8  # 8 batches of 2 groups; async takes 2 groups a step, so 8 steps too
 

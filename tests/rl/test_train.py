@@ -117,11 +117,13 @@ def test_streaming_needs_the_datasets_batch_size(tmp_path: Path) -> None:
                            stream_minibatch_config=stream))
 
 
-def test_async_off_policy_training(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loss_fn", ["importance_sampling", "stable_reinforce"])
+def test_async_off_policy_training(tmp_path: Path, loss_fn: str) -> None:
     # 3 batches of 2 groups = 6 groups; 2 per step -> 3 steps, each on groups 1 step stale (step 0: fresh).
+    # stable_reinforce trains on what the stale samplers recorded, named by the datums' provenance.
     async_config = train.AsyncConfig(max_steps_off_policy=1, groups_per_batch=2)
     train.main(_config(tmp_path, FakeDatasetBuilder(train=dataset_of(EchoEnv, groups=2, batches=3)),
-                       async_config=async_config))
+                       async_config=async_config, loss_fn=loss_fn))
     rows = _rows(tmp_path)
     assert sorted(rows) == [0, 1, 2]
     for step, row in rows.items():

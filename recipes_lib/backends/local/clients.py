@@ -13,7 +13,9 @@ written against the SDK runs on the embedded engine unchanged:
 """
 
 import asyncio
+import dataclasses
 import functools
+import uuid
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Self
@@ -33,11 +35,18 @@ from recipes_lib.backends.local.engine import (
     sample_row_bytes,
 )
 from recipes_lib.backends.local.futures import LocalFuture
-from recipes_lib.backends.local.losses import REQUIRED_INPUTS, check_sequence_inputs, resolve_config
+from recipes_lib.backends.local.losses import (
+    RECORDED_LOGPROBS,
+    REQUIRED_INPUTS,
+    check_sequence_inputs,
+    resolve_config,
+)
 from recipes_lib.backends.local.models import local_model_names, max_context_length
 from recipes_lib.backends.local.optimizer import AdamState, check_adam_params
 from recipes_lib.backends.local.precision import DeviceName, PrecisionName
 from recipes_lib.backends.local.sampler import SampleJob, check_sampling_params
+from recipes_lib.backends.local.scoring import check_last_n, target_cells
+from recipes_lib.backends.local.stability import RECORDS, recorded_logprobs
 from recipes_lib.backends.local.trainer import (
     ActivationCost,
     CustomLoss,
@@ -66,10 +75,14 @@ class _SelfFuture:
 class SamplingClient(_SelfFuture):
     """Samples from, and scores with, one immutable snapshot of weights."""
 
-    def __init__(self, engine: LocalEngine, snapshot: Snapshot, model_path: str | None = None):
+    def __init__(self, engine: LocalEngine, snapshot: Snapshot, model_path: str | None = None,
+                 record_session: str | None = None):
+        """`record_session`: record every sample for `stable_reinforce` under this session (the SDK's
+        `record_stability_info=True`); None records nothing."""
         self._engine = engine
         self._snapshot = snapshot
         self.model_path = model_path
+        self._record_session = record_session
 
     def sample(
         self,
@@ -78,28 +91,62 @@ class SamplingClient(_SelfFuture):
         sampling_params: types.SamplingParams,
         include_prompt_logprobs: bool = False,
         topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
+        target_prompt_logprobs: types.TensorData | None = None,
+        prompt_alt_tokens_k: int = 0,
+        prompt_logprobs_last_n: int | None = None,
     ) -> LocalFuture[types.SampleResponse]:
-        """Draw `num_samples` continuations of `prompt` (one shared prefill), with log-probs."""
+        """Draw `num_samples` continuations of `prompt` (one shared prefill), with log-probs.
+
+        The extras are the SDK's; `scoring` says which distribution each comes from. Bad values
+        raise `DataFormatError` here, naming the field.
+        """
         tokens = self._checked_prompt(prompt)
         if num_samples < 1:
             raise DataFormatError(f"num_samples must be >= 1, got {num_samples}.")
         if num_samples > MAX_NUM_SAMPLES:
             raise DataFormatError(f"num_samples must be at most {MAX_NUM_SAMPLES} per request, got {num_samples}; "
                                   "send several requests for more.")
-        check_sampling_params(sampling_params, self._snapshot.base.vocab_size)
-        _check_row_fits(self._snapshot.base, tokens, sampling_params, self._engine.budget)
-        job = SampleJob(tokens, num_samples, sampling_params, include_prompt_logprobs, topk_prompt_logprobs)
-        return self._engine.sample(self._snapshot, job)
+        base = self._snapshot.base
+        check_sampling_params(sampling_params, base.vocab_size)
+        _check_row_fits(base, tokens, sampling_params, self._engine.budget)
+        targets = (None if target_prompt_logprobs is None
+                   else target_cells(target_prompt_logprobs, len(tokens), base.vocab_size))
+        job = SampleJob(tokens, num_samples, sampling_params, include_prompt_logprobs, topk_prompt_logprobs,
+                        topk_sample_logprobs=topk_sample_logprobs, target_prompt_logprobs=targets,
+                        prompt_alt_tokens_k=prompt_alt_tokens_k, prompt_logprobs_last_n=prompt_logprobs_last_n)
+        job.check(base.vocab_size, base.max_context)
+        return self._recorded(self._engine.sample(self._snapshot, job), tokens)
+
+    def _recorded(self, future: LocalFuture[types.SampleResponse], prompt: list[int]) -> LocalFuture[types.SampleResponse]:
+        """`future`, whose sequences are recorded for `stable_reinforce` before it resolves, if this
+        client records."""
+        session = self._record_session
+        if session is None:
+            return future
+
+        def record(response: types.SampleResponse) -> types.SampleResponse:
+            RECORDS.record(session, prompt, response)
+            return response
+
+        return future.map(record)
 
     async def sample_async(self, *args: Any, **kwargs: Any) -> types.SampleResponse:
         return await self.sample(*args, **kwargs)
 
-    def compute_logprobs(self, prompt: types.ModelInput) -> LocalFuture[list[float | None]]:
-        """Log-prob of every prompt token given the ones before it (`None` for the first)."""
-        return self._engine.compute_logprobs(self._snapshot, self._checked_prompt(prompt))
+    def compute_logprobs(
+        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
+    ) -> LocalFuture[list[float | None]]:
+        """Log-prob of every prompt token given the ones before it (`None` for the first, and for
+        those before the last `prompt_logprobs_last_n` when given)."""
+        tokens = self._checked_prompt(prompt)
+        check_last_n(prompt_logprobs_last_n, len(tokens), include_prompt_logprobs=True)
+        return self._engine.compute_logprobs(self._snapshot, tokens, prompt_logprobs_last_n)
 
-    async def compute_logprobs_async(self, prompt: types.ModelInput) -> list[float | None]:
-        return await self.compute_logprobs(prompt)
+    async def compute_logprobs_async(
+        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
+    ) -> list[float | None]:
+        return await self.compute_logprobs(prompt, prompt_logprobs_last_n)
 
     def get_tokenizer(self) -> Tokenizer:
         return get_tokenizer(self._snapshot.base.name)
@@ -129,19 +176,20 @@ class SamplingClient(_SelfFuture):
 class TrainingClient(_SelfFuture):
     """A LoRA adapter being trained on a base model, with its Adam state."""
 
-    def __init__(self, engine: LocalEngine, base: BaseEntry, spec: adapters.LoraSpec, run_id: str):
+    def __init__(self, engine: LocalEngine, base: BaseEntry, spec: adapters.LoraSpec, run_id: str, session: str):
         self._engine = engine
         self._base = base
         self.spec = spec
         self.run_id = run_id
+        self.session = session  # whose recorded samples `stable_reinforce` may name (the server sets its own)
         self._adapter = run_id.replace("-", "_")
         self._optimizer: AdamState | None = None
 
     # -- creation (runs on the worker: it changes the shared peft model) ------------------------
     @classmethod
-    def create(cls, engine: LocalEngine, base_model: str, spec: adapters.LoraSpec) -> "TrainingClient":
+    def create(cls, engine: LocalEngine, base_model: str, spec: adapters.LoraSpec, session: str) -> "TrainingClient":
         base = engine.base(base_model)
-        client = cls(engine, base, spec, storage.new_run_id())
+        client = cls(engine, base, spec, storage.new_run_id(), session)
         engine.call(client._attach).result()
         # Free the adapter (on the worker, in order) once the client is garbage-collected.
         weakref.finalize(client, engine.call, functools.partial(base.host.remove, client._adapter))
@@ -196,12 +244,20 @@ class TrainingClient(_SelfFuture):
         config = resolve_config(loss_fn, loss_fn_config)
         prepared = prepare_datums(data, REQUIRED_INPUTS[loss_fn], self._base.vocab_size, self._base.max_context)
         check_sequence_inputs(loss_fn, [d.inputs for d in prepared])
+        if loss_fn == "stable_reinforce":
+            prepared = [self._with_recorded_logprobs(i, datum, d) for i, (datum, d) in enumerate(zip(data, prepared))]
         if backward:
             _check_training_fits(self._base, prepared, self._engine.budget)
         return self._engine.call(
             lambda: _output(builtin_pass(self._model(), prepared, loss_fn, config, self._base.precision,
                                          self._base.pad_id, backward))
         )
+
+    def _with_recorded_logprobs(self, index: int, datum: types.Datum, prepared: PreparedDatum) -> PreparedDatum:
+        inputs = prepared.inputs
+        recorded = recorded_logprobs(datum, f"datum {index}", prepared.tokens_T, inputs["target_tokens"],
+                                     inputs["advantages"], self.session)
+        return dataclasses.replace(prepared, inputs={**inputs, RECORDED_LOGPROBS: recorded})
 
     def _model(self) -> torch.nn.Module:
         return self._base.host.model(self._adapter)
@@ -270,21 +326,25 @@ class TrainingClient(_SelfFuture):
         return self._engine.call(load)
 
     # -- sampling ----------------------------------------------------------------------------------
-    def save_weights_and_get_sampling_client(self, name: str | None = None, retry_config: Any = None) -> SamplingClient:
-        """A sampling client on the current weights; saved to disk too when `name` is given."""
-        return self._snapshot_future(name).result()
+    def save_weights_and_get_sampling_client(self, name: str | None = None, retry_config: Any = None,
+                                             record_stability_info: bool = False) -> SamplingClient:
+        """A sampling client on the current weights; saved to disk too when `name` is given.
 
-    async def save_weights_and_get_sampling_client_async(self, name: str | None = None,
-                                                         retry_config: Any = None) -> SamplingClient:
-        return await self._snapshot_future(name)
+        `record_stability_info`: record every sample for `stable_reinforce` (see `stability`).
+        """
+        return self._snapshot_future(name, record_stability_info).result()
 
-    def _snapshot_future(self, name: str | None) -> LocalFuture[SamplingClient]:
+    async def save_weights_and_get_sampling_client_async(self, name: str | None = None, retry_config: Any = None,
+                                                         record_stability_info: bool = False) -> SamplingClient:
+        return await self._snapshot_future(name, record_stability_info)
+
+    def _snapshot_future(self, name: str | None, record: bool = False) -> LocalFuture[SamplingClient]:
         path = storage.CheckpointPath(self.run_id, "sampler_weights", storage.validate_name(name)) if name else None
 
         def snapshot() -> SamplingClient:
             uri = self._save(path, False, True, None) if path is not None else None
             snap = Snapshot(self._base, self.spec, self._base.host.state_dict(self._adapter), uri or "")
-            return SamplingClient(self._engine, snap, uri)
+            return SamplingClient(self._engine, snap, uri, self.session if record else None)
 
         return self._engine.call(snapshot)
 
@@ -292,8 +352,9 @@ class TrainingClient(_SelfFuture):
         """A future of a sampling client on the weights as of this request, in order with training."""
         return self._snapshot_future(name)
 
-    def create_sampling_client(self, model_path: str, retry_config: Any = None) -> SamplingClient:
-        return _sampling_client_from_path(self._engine, model_path)
+    def create_sampling_client(self, model_path: str, retry_config: Any = None,
+                               record_stability_info: bool = False) -> SamplingClient:
+        return _sampling_client_from_path(self._engine, model_path, self.session if record_stability_info else None)
 
     # -- info --------------------------------------------------------------------------------------
     def get_info(self) -> types.GetInfoResponse:
@@ -337,8 +398,9 @@ class TrainingClient(_SelfFuture):
     async def load_state_with_optimizer_async(self, path: str) -> LocalFuture[types.LoadWeightsResponse]:
         return self.load_state_with_optimizer(path)
 
-    async def create_sampling_client_async(self, model_path: str, retry_config: Any = None) -> SamplingClient:
-        return self.create_sampling_client(model_path)
+    async def create_sampling_client_async(self, model_path: str, retry_config: Any = None,
+                                           record_stability_info: bool = False) -> SamplingClient:
+        return self.create_sampling_client(model_path, record_stability_info=record_stability_info)
 
 
 class ServiceClient(_SelfFuture):
@@ -348,6 +410,7 @@ class ServiceClient(_SelfFuture):
                  memory_budget: MemoryBudget | None = None):
         """`memory_budget`: what the engine of this process may use (a server's); default the free memory."""
         self._engine = get_engine(precision, device)
+        self.session = f"local-{uuid.uuid4().hex[:12]}"  # scopes the samples recorded for stable_reinforce
         if memory_budget is not None:
             self._engine.budget = memory_budget
 
@@ -378,7 +441,7 @@ class ServiceClient(_SelfFuture):
             raise DataFormatError(f"LoRA rank must be >= 1, got {rank}.")
         spec = adapters.LoraSpec(rank, seed, train_mlp, train_attn, train_unembed)
         _check_lora_fits(self._engine.base(base_model), spec, self._engine.budget)
-        return TrainingClient.create(self._engine, base_model, spec)
+        return TrainingClient.create(self._engine, base_model, spec, self.session)
 
     async def create_lora_training_client_async(self, *args: Any, **kwargs: Any) -> TrainingClient:
         return await asyncio.to_thread(self.create_lora_training_client, *args, **kwargs)
@@ -404,18 +467,23 @@ class ServiceClient(_SelfFuture):
     def _from_state(self, path: str, with_optimizer: bool) -> TrainingClient:
         folder = storage.CheckpointPath.parse(path).require()
         meta = storage.read_meta(folder)
-        client = TrainingClient.create(self._engine, meta["base_model"], adapters.LoraSpec(**meta["lora"]))
+        client = TrainingClient.create(self._engine, meta["base_model"], adapters.LoraSpec(**meta["lora"]), self.session)
         (client.load_state_with_optimizer(path) if with_optimizer else client.load_state(path)).result()
         return client
 
     def create_sampling_client(self, model_path: str | None = None, base_model: str | None = None,
-                               retry_config: Any = None) -> SamplingClient:
-        """Sample from a saved checkpoint (`model_path`) or from a base model without LoRA."""
+                               retry_config: Any = None, record_stability_info: bool = False) -> SamplingClient:
+        """Sample from a saved checkpoint (`model_path`) or from a base model without LoRA.
+
+        `record_stability_info`: record every sample for `stable_reinforce` (see `stability`).
+        """
+        record_session = self.session if record_stability_info else None
         if model_path is not None:
-            return _sampling_client_from_path(self._engine, model_path)
+            return _sampling_client_from_path(self._engine, model_path, record_session)
         if base_model is None:
             raise DataFormatError("create_sampling_client needs model_path=... or base_model=....")
-        return SamplingClient(self._engine, Snapshot(self._engine.base(base_model), source=base_model))
+        return SamplingClient(self._engine, Snapshot(self._engine.base(base_model), source=base_model),
+                              record_session=record_session)
 
     async def create_sampling_client_async(self, *args: Any, **kwargs: Any) -> SamplingClient:
         return await asyncio.to_thread(self.create_sampling_client, *args, **kwargs)
@@ -450,14 +518,14 @@ class ServiceClient(_SelfFuture):
         return completed(None)
 
 
-def _sampling_client_from_path(engine: LocalEngine, model_path: str) -> SamplingClient:
+def _sampling_client_from_path(engine: LocalEngine, model_path: str, record_session: str | None = None) -> SamplingClient:
     folder = storage.CheckpointPath.parse(model_path).require()
     meta = storage.read_meta(folder)
     base = engine.base(meta["base_model"])
     check_base_weights(meta, base, model_path)
     snapshot = Snapshot(base, adapters.LoraSpec(**meta["lora"]),
                         adapters.load_adapter_weights(folder), model_path)
-    return SamplingClient(engine, snapshot, model_path)
+    return SamplingClient(engine, snapshot, model_path, record_session)
 
 
 MAX_NUM_SAMPLES = 1024  # per sample() request (rows beyond the engine's batch size are decoded in parts)

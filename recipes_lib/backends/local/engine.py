@@ -11,6 +11,7 @@ snapshots are immutable, so they may run ahead of queued training requests).
 
 import atexit
 import dataclasses
+import itertools
 import logging
 import threading
 import time
@@ -37,7 +38,8 @@ from recipes_lib.backends.local.logits import check_output_head
 from recipes_lib.backends.local.memory import bound_kernel_caches, return_freed_memory
 from recipes_lib.backends.local.models import load_base_model, own_weights, weights_label
 from recipes_lib.backends.local.precision import DeviceName, Precision, PrecisionName, resolve_precision
-from recipes_lib.backends.local.sampler import SampleJob, SamplerModel, generate, row_bytes, score
+from recipes_lib.backends.local.sampler import SampleJob, SamplerModel, generate, row_bytes
+from recipes_lib.backends.local.scoring import PromptQuery, PromptScores, score
 from recipes_lib.tokenizers import get_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -116,6 +118,7 @@ class _Generation:
     future: Future[Any]
     job: SampleJob | None = None
     score_prompt: list[int] = field(default_factory=list)
+    score_last_n: int | None = None  # `compute_logprobs`'s `prompt_logprobs_last_n`
 
 
 class LocalEngine:
@@ -236,9 +239,10 @@ class LocalEngine:
         self._put(_Generation(snapshot, future, job=job))
         return LocalFuture(future)
 
-    def compute_logprobs(self, snapshot: Snapshot, prompt: list[int]) -> LocalFuture[list[float | None]]:
+    def compute_logprobs(self, snapshot: Snapshot, prompt: list[int],
+                         last_n: int | None = None) -> LocalFuture[list[float | None]]:
         future: Future[list[float | None]] = Future()
-        self._put(_Generation(snapshot, future, score_prompt=prompt))
+        self._put(_Generation(snapshot, future, score_prompt=prompt, score_last_n=last_n))
         return LocalFuture(future)
 
     def _put(self, item: _Call | _Generation) -> None:
@@ -315,8 +319,10 @@ class LocalEngine:
 
     def _run_scores(self, items: list[_Generation]) -> None:
         base = items[0].snapshot.base
-        results = score(base.sampler.model, [item.score_prompt for item in items], self.precision)
-        for item, (values, _) in zip(items, results):
+        queries = [PromptQuery(item.score_prompt, last_n=item.score_last_n) for item in items]
+        for item, scores in zip(items, score(base.sampler.model, queries, self.precision), strict=True):
+            values = scores.prompt_logprobs_np
+            assert values is not None, "a query for log-probs answers them"
             item.future.set_result([None if np.isnan(v) else float(v) for v in values])
 
     def _run_samples(self, items: list[_Generation]) -> None:
@@ -371,34 +377,39 @@ def _batches(jobs: list[SampleJob], limit: int) -> list[list[tuple[int, SampleJo
     return batches
 
 
-def _prompt_logprobs(base: BaseEntry, jobs: list[SampleJob], precision: Precision) -> list[Any]:
-    """Each job's prompt log-probs (and top-k) if it asked for them, else None; scored in one batch per k."""
-    extras: list[Any] = [None] * len(jobs)
-    by_topk: dict[int, list[int]] = {}
-    for i, job in enumerate(jobs):
-        if job.include_prompt_logprobs or job.topk_prompt_logprobs > 0:
-            by_topk.setdefault(job.topk_prompt_logprobs, []).append(i)
-    for topk, indices in by_topk.items():
-        scored = score(base.sampler.model, [jobs[i].prompt for i in indices], precision, topk)
-        for i, result in zip(indices, scored, strict=True):
-            extras[i] = result
+def _prompt_logprobs(base: BaseEntry, jobs: list[SampleJob], precision: Precision) -> list[PromptScores | None]:
+    """What each job asked of its prompt (log-probs, top-k, targets, draws: `scoring`), else None; one batch."""
+    queries = [job.prompt_query() for job in jobs]
+    asked = [i for i, query in enumerate(queries) if query is not None]
+    extras: list[PromptScores | None] = [None] * len(jobs)
+    scored = score(base.sampler.model, [query for query in queries if query is not None], precision)
+    for i, result in zip(asked, scored, strict=True):
+        extras[i] = result
     return extras
 
 
-def _response(rows: list[Any], extra: Any) -> types.SampleResponse:
+# Every sampled sequence of this process gets its own id (StableReinforce names sequences by it).
+_sequence_numbers = itertools.count()
+
+
+def _response(rows: list[Any], extra: PromptScores | None) -> types.SampleResponse:
     sequences = [
         types.SampledSequence(
             stop_reason=row.stop_reason or "length",
-            sequence_id=f"local-{id(row):x}-{row.sample}",
+            sequence_id=f"local-{next(_sequence_numbers)}",
             tokens_np=np.asarray(row.tokens, dtype=np.int64),
             logprobs_np=np.asarray(row.logprobs, dtype=np.float32),
+            topk_logprobs_np=row.topk(),
         )
         for row in sorted(rows, key=lambda r: r.sample)
     ]
     if extra is None:
         return types.SampleResponse(sequences=sequences)
-    values, topk = extra
-    return types.SampleResponse(sequences=sequences, prompt_logprobs_np=values, topk_prompt_logprobs_np=topk)
+    return types.SampleResponse(
+        sequences=sequences, prompt_logprobs_np=extra.prompt_logprobs_np,
+        topk_prompt_logprobs_np=extra.topk_prompt_logprobs_np,
+        target_prompt_logprobs=extra.target_prompt_logprobs, prompt_alt_tokens=extra.prompt_alt_tokens,
+    )
 
 
 def _resolve(future: Future[Any], fn: Callable[[], Any]) -> None:

@@ -9,6 +9,7 @@ With `lp` the trainer's log-probability of each target token, `q` the sampler's 
 - `cispo`:               -stopgrad(clip(r, low, high)) * lp * A  (low, high default 0.0, 4.0)
 - `dro`:                 -(lp * A - beta/2 * (lp - q)^2)         (beta default 0.05), on action tokens
 - `gspo`:                -min(s_t * A, clip(s_t, low, high) * A) (low, high default 1 - 3e-4, 1 + 4e-4)
+- `stable_reinforce`:    -sg[min(exp(lp - m), C)] * exp(lp - sg[lp]) * A  (C = `importance_cap`, default 2)
 
 GSPO (Zheng et al. 2025, arXiv:2507.18071) in its token-level form, as the Tinker docs define it:
 the sequence ratio `s = exp(mean over M of (lp - q))`, M the positions `sequence_ratio_mask` marks
@@ -17,10 +18,21 @@ token's ratio `s_t = sg[s] * exp(lp_t - sg[lp_t])`: the sequence's value with it
 gradient. Clipping that one value keeps or drops the whole sequence. The default thresholds are the
 paper's clipping ranges (3e-4 below, 4e-4 above 1).
 
+`stable_reinforce` is OUR version: hosted Tinker does not publish its objective, and ours may differ.
+It is REINFORCE with truncated importance sampling (TIS; Yao et al. 2025, "Your Efficient RL
+Framework Secretly Brings You Off-Policy RL Training", fengyao.notion.site/off-policy-rl), the
+correction for a sampler whose numerics or weights differ from the trainer's: `m` is the sampler's
+OWN log-prob of each sampled token, recorded when it sampled (`stability.recorded_logprobs`, looked up
+through the datum's provenance), never the `logprobs` a client sends. Each token's weight is the
+importance ratio `exp(lp - m)` truncated at C and held constant, so the term's value is
+`-min(r, C) * A` and its gradient `-min(r, C) * A * grad lp`: the policy gradient of the sampler's
+data, with each token's correction bounded by C however stale or mismatched the sampler was.
+
 The loss of a batch is the sum of these terms over every token of every datum (`loss:sum`).
 Shapes: every tensor here is `(T,)`, one entry per target position of one datum.
 """
 
+import math
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -35,11 +47,16 @@ REQUIRED_INPUTS: dict[str, tuple[str, ...]] = {
     "cispo": RL_KEYS,
     "dro": RL_KEYS,
     "gspo": RL_KEYS,
+    "stable_reinforce": ("target_tokens", "advantages"),
 }
 # Losses whose terms read the whole sequence's log-probs (through `SEQUENCE_LOG_RATIO`).
 SEQUENCE_LOSSES = ("gspo",)
 # The per-position copy of a datum's detached sequence log-ratio, when the trainer computed it first.
 SEQUENCE_LOG_RATIO = "sequence_log_ratio"
+# The sampler's own recorded log-prob of each target (`stable_reinforce`), filled in by the engine.
+RECORDED_LOGPROBS = "recorded_logprobs"
+# Inputs the engine adds to a datum's own before a loss reads them.
+ENGINE_INPUTS: dict[str, tuple[str, ...]] = {"gspo": (SEQUENCE_LOG_RATIO,), "stable_reinforce": (RECORDED_LOGPROBS,)}
 CONFIG_DEFAULTS: dict[str, dict[str, float]] = {
     "cross_entropy": {},
     "importance_sampling": {},
@@ -47,6 +64,7 @@ CONFIG_DEFAULTS: dict[str, dict[str, float]] = {
     "cispo": {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
     "dro": {"beta": 0.05},
     "gspo": {"clip_low_threshold": 1 - 3e-4, "clip_high_threshold": 1 + 4e-4},
+    "stable_reinforce": {"importance_cap": 2.0},
 }
 
 
@@ -67,6 +85,8 @@ def resolve_config(loss_fn: str, loss_fn_config: Mapping[str, float | str] | Non
     resolved = {**defaults, **{key: float(value) for key, value in given.items()}}
     if "clip_low_threshold" in resolved and resolved["clip_low_threshold"] > resolved["clip_high_threshold"]:
         raise ConfigurationError(f"{loss_fn}: clip_low_threshold must not exceed clip_high_threshold: {resolved}")
+    if "importance_cap" in resolved and not resolved["importance_cap"] > 0:
+        raise ConfigurationError(f"{loss_fn}: importance_cap must be > 0, got {resolved['importance_cap']}.")
     return resolved
 
 
@@ -128,6 +148,9 @@ def per_token_loss(
     """The loss term of each position, `(T,)`, for trainer log-probs `logprobs` `(T,)`."""
     if loss_fn == "cross_entropy":
         return -inputs["weights"] * logprobs
+    if loss_fn == "stable_reinforce":
+        weight = torch.clamp(torch.exp(logprobs.detach() - inputs[RECORDED_LOGPROBS]), max=config["importance_cap"])
+        return -weight * torch.exp(logprobs - logprobs.detach()) * inputs["advantages"]
     advantages, sampler_logprobs = inputs["advantages"], inputs["logprobs"]
     if loss_fn == "dro":
         penalty = 0.5 * config["beta"] * (logprobs - sampler_logprobs) ** 2
@@ -145,3 +168,24 @@ def per_token_loss(
     if loss_fn == "cispo":
         return -clipped.detach() * logprobs * advantages
     raise AssertionError(f"unhandled loss {loss_fn}")
+
+
+def loss_metrics(loss_fn: str, logprobs: torch.Tensor, inputs: Mapping[str, torch.Tensor],
+                 config: Mapping[str, float]) -> dict[str, float]:
+    """One datum's diagnostics beyond the loss, to be added up (`:sum`) or maxed (`:max`) over a batch.
+
+    `stable_reinforce`: how many trained tokens had their importance weight truncated at C, and the
+    largest |lp - m| between trainer and sampler (0 for on-policy data sampled with the same numerics).
+    """
+    if loss_fn != "stable_reinforce":
+        return {}
+    log_ratio = (logprobs.detach() - inputs[RECORDED_LOGPROBS])[inputs["advantages"] != 0]
+    return {"trained_tokens:sum": float(log_ratio.numel()),
+            "truncated_tokens:sum": float((log_ratio > math.log(config["importance_cap"])).sum()),
+            "sampler_log_ratio_abs:max": float(log_ratio.abs().max()) if log_ratio.numel() else 0.0}
+
+
+def add_metrics(total: dict[str, float], more: Mapping[str, float]) -> None:
+    """Fold `more` into `total` by each key's suffix (`:max` keeps the larger, else the sum)."""
+    for key, value in more.items():
+        total[key] = max(total.get(key, value), value) if key.endswith(":max") else total.get(key, 0.0) + value

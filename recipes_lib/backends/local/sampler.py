@@ -1,4 +1,4 @@
-"""Token generation with log-probs and stop conditions, and prompt scoring, for the local engine.
+"""Token generation with log-probs and stop conditions for the local engine (prompts: `scoring`).
 
 Sampling runs on a second module tree over the base model's own tensors (`SamplerModel`: no copy
 of the weights) with the sampled snapshot's LoRA loaded. The delta is added beside each weight, as
@@ -12,9 +12,10 @@ fused step of `decoder.py` (2-3x the model's own forward on a CPU); others throu
 
 Returned log-probs are those of the distribution sampled from: `log_softmax(logits / T)` for
 temperature T > 0 (before top-k / top-p truncation), and the untempered `log_softmax(logits)` for
-greedy decoding (T = 0), which therefore equal `compute_logprobs` at T in {0, 1}. Every path (the
-model's forward, the fused step, the scorer) produces the logits of the model's own forward,
-soft-capping and logit scales included (`logits.OutputHead`).
+greedy decoding (T = 0), which therefore equal `compute_logprobs` at T in {0, 1}; a request's
+`topk_sample_logprobs` are the top-k of that same distribution. Every path (the model's forward,
+the fused step, the scorer) produces the logits of the model's own forward, soft-capping and logit
+scales included (`logits.OutputHead`).
 """
 
 import copy
@@ -29,18 +30,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from tinker import types
-from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
+from tinker.types.topk_logprobs import TopkLogprobs
 from torch import nn
 from transformers import PreTrainedModel
 
 from recipes_lib.backends.local.attention import attention_dtype
-from recipes_lib.backends.local.batch import micro_batches, pad_left_tokens, pad_right_tokens
+from recipes_lib.backends.local.batch import pad_left_tokens
 from recipes_lib.backends.local.decoder import FusedDecoder
 from recipes_lib.backends.local.decoder import supports as decoder_supports
 from recipes_lib.backends.local.logits import OutputHead
 from recipes_lib.backends.local.memory import return_freed_memory
 from recipes_lib.backends.local.precision import Precision
-from recipes_lib.backends.local.trainer import LOGIT_CHUNK_ROWS, MAX_MICROBATCH_TOKENS, token_logprobs
+from recipes_lib.backends.local.scoring import PromptQuery, TargetCells, check_last_n, check_width
 from recipes_lib.exceptions import DataFormatError
 
 Deltas = dict[str, tuple[torch.Tensor, torch.Tensor, float]]
@@ -118,7 +119,7 @@ class _LoraDelta:
 
 @dataclass
 class SampleJob:
-    """One `sample()` call: a prompt, how many samples, and how."""
+    """One `sample()` call: a prompt, how many samples, and how (the extras as the SDK's request names them)."""
 
     prompt: list[int]
     num_samples: int
@@ -126,6 +127,42 @@ class SampleJob:
     include_prompt_logprobs: bool = False
     topk_prompt_logprobs: int = 0
     first_sample: int = 0  # the index of this job's first sample in its request (a request split in parts)
+    topk_sample_logprobs: int = 0
+    target_prompt_logprobs: TargetCells | None = None
+    prompt_alt_tokens_k: int = 0
+    prompt_logprobs_last_n: int | None = None
+
+    def check(self, vocab_size: int, max_context: int) -> None:
+        """Refuse extras the job cannot have (see `scoring.check_width`, `scoring.check_last_n`).
+
+        Raises:
+            DataFormatError: naming the field, the value and what is expected.
+        """
+        new_tokens = self.params.max_tokens or max_context - len(self.prompt)
+        check_width("topk_prompt_logprobs", self.topk_prompt_logprobs, len(self.prompt), vocab_size)
+        check_width("topk_sample_logprobs", self.topk_sample_logprobs, self.num_samples * new_tokens, vocab_size)
+        check_width("prompt_alt_tokens_k", self.prompt_alt_tokens_k, len(self.prompt) - 1)
+        check_last_n(self.prompt_logprobs_last_n, len(self.prompt), self.include_prompt_logprobs)
+
+    def prompt_query(self) -> PromptQuery | None:
+        """What the job asks of its prompt besides the samples; None when nothing."""
+        logprobs = self.include_prompt_logprobs or self.topk_prompt_logprobs > 0
+        if not (logprobs or self.target_prompt_logprobs is not None or self.prompt_alt_tokens_k > 0):
+            return None
+        return PromptQuery(self.prompt, logprobs, self.topk_prompt_logprobs, self.prompt_logprobs_last_n,
+                           self.target_prompt_logprobs, self.prompt_alt_tokens_k, float(self.params.temperature),
+                           generator_seed(self.params.seed, ALT_TOKENS_STREAM))
+
+
+# A request's seed opens this many random streams: one per sample (`num_samples` is far fewer), and
+# the last for its prompt's alternative tokens (`prompt_alt_tokens_k`).
+SEED_STREAMS = 1_000_003
+ALT_TOKENS_STREAM = SEED_STREAMS - 1
+
+
+def generator_seed(seed: int | None, stream: int) -> int:
+    """The generator seed of one random stream of a request; a fresh one when the request has no seed."""
+    return secrets.randbits(62) if seed is None else int(seed) * SEED_STREAMS + stream
 
 
 @dataclass
@@ -142,9 +179,21 @@ class _Row:
     stop_ids: frozenset[int]
     stop_strings: tuple[str, ...]
     generator: torch.Generator
+    report_topk: int = 0  # the k of `topk_sample_logprobs`
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    topk_ids: list[np.ndarray] = field(default_factory=list)  # per token, `(report_topk,)`
+    topk_logprobs: list[np.ndarray] = field(default_factory=list)
     stop_reason: str | None = None
+
+    def topk(self) -> TopkLogprobs | None:
+        """The top-k recorded at each generated position, `(len(tokens), report_topk)`; None if not asked."""
+        if self.report_topk == 0:
+            return None
+        k = self.report_topk
+        ids = np.stack(self.topk_ids) if self.topk_ids else np.zeros((0, k))
+        values = np.stack(self.topk_logprobs) if self.topk_logprobs else np.zeros((0, k))
+        return TopkLogprobs(token_ids=ids.astype(np.int32), logprobs=values.astype(np.float32))
 
 
 # Per decoded row and step, fp32 vocabulary-sized tensors alive at once: the logits, their
@@ -247,11 +296,10 @@ def _make_row(j: int, s: int, p: int, job: SampleJob, max_context: int, precisio
     if room <= 0:
         raise ValueError(f"prompt of {len(job.prompt)} tokens fills the model's context window of {max_context}.")
     max_tokens = room if params.max_tokens is None else min(int(params.max_tokens), room)
-    seed = secrets.randbits(62) if params.seed is None else int(params.seed) * 1_000_003 + s
-    generator = torch.Generator(device=precision.device).manual_seed(seed)
+    generator = torch.Generator(device=precision.device).manual_seed(generator_seed(params.seed, s))
     stop_ids, stop_strings = stop_condition(params.stop)
     return _Row(j, s, p, float(params.temperature), int(params.top_k), float(params.top_p),
-                max_tokens, stop_ids, stop_strings, generator)
+                max_tokens, stop_ids, stop_strings, generator, report_topk=job.topk_sample_logprobs)
 
 
 def _prefill(
@@ -367,6 +415,7 @@ def _choose(active: list[_Row], logits_R_V: torch.Tensor, tokenizer: object) -> 
     """
     temps = torch.tensor([r.temperature if r.temperature > 0 else 1.0 for r in active], device=logits_R_V.device)
     logprobs_R_V = torch.log_softmax(logits_R_V / temps[:, None], dim=-1)
+    _record_topk(active, logprobs_R_V)
     probs_R_V = logprobs_R_V.exp()
     for i, row in enumerate(active):
         if row.temperature > 0 and (0 < row.top_k < probs_R_V.shape[1] or row.top_p < 1.0):
@@ -386,6 +435,19 @@ def _choose(active: list[_Row], logits_R_V: torch.Tensor, tokenizer: object) -> 
         elif len(row.tokens) >= row.max_tokens:
             row.stop_reason = "length"
     return chosen_R
+
+
+def _record_topk(active: list[_Row], logprobs_R_V: torch.Tensor) -> None:
+    """Record, for each row that asked, the top-k of the distribution its token's log-prob is from."""
+    widest = max(row.report_topk for row in active)
+    if widest == 0:
+        return
+    top = torch.topk(logprobs_R_V, widest, dim=-1)
+    ids_R_K, values_R_K = top.indices.cpu().numpy(), top.values.cpu().numpy()
+    for i, row in enumerate(active):
+        if row.report_topk:
+            row.topk_ids.append(ids_R_K[i, : row.report_topk])
+            row.topk_logprobs.append(values_R_K[i, : row.report_topk])
 
 
 def _truncate(probs_V: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -410,39 +472,3 @@ def _hits_stop_string(row: _Row, tokenizer: object) -> bool:
     tail = tokenizer.decode(row.tokens[-(longest + 8):])  # type: ignore[attr-defined]
     return any(s in tail for s in row.stop_strings)
 
-
-def score(
-    model: PreTrainedModel, prompts: Sequence[Sequence[int]], precision: Precision, topk: int = 0
-) -> list[tuple[np.ndarray, TopkLogprobs | None]]:
-    """Log-prob of each prompt token given the ones before it (`NaN` first), and optional top-k.
-
-    Prompts are scored in right-padded micro-batches of similar length.
-    """
-    decoder, lm_head = model.get_decoder(), OutputHead(model)
-    results: list[tuple[np.ndarray, TopkLogprobs | None]] = [(np.zeros(0), None)] * len(prompts)
-    with torch.inference_mode():
-        for indices in micro_batches([len(p) for p in prompts], MAX_MICROBATCH_TOKENS):
-            tokens, mask = pad_right_tokens([prompts[i] for i in indices])
-            tokens, mask = tokens.to(precision.device), mask.to(precision.device)
-            hidden = decoder(input_ids=tokens, attention_mask=mask).last_hidden_state
-            for row, i in enumerate(indices):
-                n = len(prompts[i])
-                logprobs = token_logprobs(lm_head, hidden[row, : n - 1], tokens[row, 1:n]).cpu().numpy()
-                values = np.concatenate([[np.nan], logprobs]).astype(np.float32)
-                results[i] = (values, _topk(lm_head, hidden[row, : n - 1], topk) if topk > 0 else None)
-    return results
-
-
-def _topk(lm_head: OutputHead, hidden_N_D: torch.Tensor, k: int) -> TopkLogprobs:
-    """Top-k log-probs at each prompt position (the first position is the sentinel row)."""
-    ids = [torch.zeros((1, k), dtype=torch.long, device=hidden_N_D.device)]
-    values = [torch.full((1, k), MASK_LOGPROB, device=hidden_N_D.device)]
-    for start in range(0, hidden_N_D.shape[0], LOGIT_CHUNK_ROWS):
-        logprobs = torch.log_softmax(lm_head(hidden_N_D[start : start + LOGIT_CHUNK_ROWS]), dim=-1)
-        top = torch.topk(logprobs, k, dim=-1)
-        ids.append(top.indices)
-        values.append(top.values)
-    return TopkLogprobs(
-        token_ids=torch.cat(ids).cpu().numpy().astype(np.int32),
-        logprobs=torch.cat(values).cpu().numpy().astype(np.float32),
-    )

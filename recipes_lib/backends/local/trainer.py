@@ -35,10 +35,13 @@ from recipes_lib.backends.local.activations import without_remaking
 from recipes_lib.backends.local.batch import PreparedDatum, micro_batches, pad_right_tokens
 from recipes_lib.backends.local.logits import OutputHead
 from recipes_lib.backends.local.losses import (
+    ENGINE_INPUTS,
     REQUIRED_INPUTS,
     SEQUENCE_LOG_RATIO,
     SEQUENCE_LOSSES,
+    add_metrics,
     gradient_mask,
+    loss_metrics,
     per_token_loss,
     sequence_log_ratio,
 )
@@ -278,7 +281,7 @@ def builtin_pass(
 ) -> PassResult:
     """Run a built-in loss over all datums, micro-batch by micro-batch (backward if asked)."""
     outputs: list[torch.Tensor | None] = [None] * len(datums)
-    loss_sum = 0.0
+    loss_sum, metrics = 0.0, dict[str, float]()
     max_tokens = max_backward_tokens(model, precision) if backward else MAX_MICROBATCH_TOKENS
     for indices in micro_batches([d.length for d in datums], max_tokens):
         batch = [datums[i] for i in indices]
@@ -292,10 +295,12 @@ def builtin_pass(
             losses = [per_token_loss(loss_fn, lp, _to(d.inputs, lp.device), config).sum()
                       for lp, d in zip(logprobs, batch)]
             total = torch.stack(losses).sum()
+            for lp, d in zip(logprobs, batch):
+                add_metrics(metrics, loss_metrics(loss_fn, lp.cpu(), d.inputs, config))
         loss_sum += float(total)
         for i, lp in zip(indices, logprobs):
             outputs[i] = lp.cpu()  # detached fp32 already: no graph outlives its micro-batch
-    return PassResult([lp for lp in outputs if lp is not None], loss_sum, {"loss:sum": loss_sum})
+    return PassResult([lp for lp in outputs if lp is not None], loss_sum, {"loss:sum": loss_sum, **metrics})
 
 
 def _with_sequence_log_ratios(batch: Sequence[PreparedDatum], logprobs: Sequence[torch.Tensor]) -> list[PreparedDatum]:
@@ -310,7 +315,7 @@ def _grad_of_loss(loss_fn: str, config: dict[str, float], batch: Sequence[Prepar
     """`grad_of` for a built-in loss over `batch`: each term depends on its own position's log-prob
     only (`losses.per_token_loss`), so a chunk's gradient needs only the chunk's log-probs and the
     loss inputs at the chunk's positions, taken in the order `_batch_logprobs` selects them."""
-    keys = [*REQUIRED_INPUTS[loss_fn], *([SEQUENCE_LOG_RATIO] if loss_fn in SEQUENCE_LOSSES else [])]
+    keys = [*REQUIRED_INPUTS[loss_fn], *ENGINE_INPUTS.get(loss_fn, ())]
     inputs = {key: torch.cat([d.inputs[key][mask] for d, mask in zip(batch, masks)]).to(device)
               for key in keys if key != "target_tokens"}
 
