@@ -30,6 +30,10 @@ class SamplingClient(Protocol):
         sampling_params: types.SamplingParams,
         include_prompt_logprobs: bool = ...,
         topk_prompt_logprobs: int = ...,
+        topk_sample_logprobs: int = ...,
+        target_prompt_logprobs: types.TensorData | None = ...,
+        prompt_alt_tokens_k: int = ...,
+        prompt_logprobs_last_n: int | None = ...,
     ) -> Future[types.SampleResponse]: ...
 
     def compute_logprobs(self, prompt: types.ModelInput) -> Future[list[float | None]]: ...

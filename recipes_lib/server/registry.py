@@ -87,6 +87,10 @@ class Registry:
         for session_id in stale:
             self.drop_session(session_id)
 
+    def has_session(self, session_id: str) -> bool:
+        with self._lock:
+            return session_id in self.sessions
+
     def session(self, session_id: str) -> Session:
         with self._lock:
             session = self.sessions.get(session_id)
@@ -95,10 +99,10 @@ class Registry:
         return session
 
     def add_model(self, model_id: str, client: TrainingClient) -> None:
-        client.session = model_id.split(":", 1)[0]  # it trains on what its session's samplers recorded
         with self._lock:
             if model_id in self.models:
                 raise DataFormatError(f"Model {model_id!r} already exists in this session (model_seq_id reused).")
+            client.session = model_id.split(":", 1)[0]  # it trains on what its session's samplers recorded
             self.models[model_id] = client
 
     def model(self, model_id: str) -> TrainingClient:

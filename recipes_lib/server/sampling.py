@@ -49,6 +49,7 @@ def add_routes(app: FastAPI, server: Server) -> None:
     @app.post("/api/v1/asample")
     async def asample(request: Request) -> Response:
         body = await parse(request, types.SampleRequest)
+        recording = _recording_session(body) if body.record_stability_info else None
         # A checkpoint path loads its adapter from disk: off the event loop, which must keep answering.
         client = await asyncio.to_thread(_sampling_client, server, body)
         future = client.sample(body.prompt, body.num_samples, body.sampling_params,
@@ -60,8 +61,8 @@ def add_routes(app: FastAPI, server: Server) -> None:
                                prompt_logprobs_last_n=body.prompt_logprobs_last_n)
         # The sequences' ids are fixed now (the SDK stamps them on the result), unique in the process.
         ids = [f"seq-{uuid.uuid4().hex[:16]}-{i}" for i in range(body.num_samples)]
-        if body.record_stability_info:
-            future = _recorded(future, _recording_session(body), model_input_tokens(body.prompt, "prompt"), ids)
+        if recording is not None:
+            future = _recorded(server, future, recording, model_input_tokens(body.prompt, "prompt"), ids)
         request_id = server.track(future.future())
         return ok(types.UntypedAPIFuture(request_id=request_id, sample_sequence_ids=ids))
 
@@ -74,11 +75,13 @@ def _recording_session(body: types.SampleRequest) -> str:
     return body.sampling_session_id.split(":", 1)[0]
 
 
-def _recorded(future: Any, session: str, prompt: list[int], ids: list[str]) -> Any:
-    """`future`, whose sequences are recorded under `ids` (for `stable_reinforce`) before it resolves."""
+def _recorded(server: Server, future: Any, session: str, prompt: list[int], ids: list[str]) -> Any:
+    """`future`, whose sequences are recorded under `ids` (for `stable_reinforce`) before it resolves,
+    unless the session ended meanwhile (its records went with it)."""
 
     def record(response: types.SampleResponse) -> types.SampleResponse:
-        RECORDS.record(session, prompt, response, ids)
+        if server.registry.has_session(session):
+            RECORDS.record(session, prompt, response, ids)
         return response
 
     return future.map(record)

@@ -3,6 +3,7 @@ through provenance (built as tinker-cookbook 0.6.1's `rl_loop.with_sampled_prove
 the loss against its formula (truncated importance sampling against the sampler's recorded log-probs),
 its gradient against the same formula as a custom loss, and a client's forged `logprobs` ignored."""
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -32,16 +33,16 @@ def with_sampled_provenance(datum: types.Datum, prompt_length: int, num_sampled:
 
 def rl_datums(response: types.SampleResponse, advantages: list[float],
               forged: Callable[[int], list[float]] | None = None) -> list[types.Datum]:
-    """One datum per sequence: prompt + sampled tokens, the advantage on the sampled ones."""
+    """One datum per sequence, laid out as the cookbook's rl_loop lays it out: the model input is the
+    prompt and the sampled tokens but the last, the targets are 0 under the prompt (no loss there)."""
     out = []
     for sequence, advantage in zip(response.sequences, advantages, strict=True):
         sampled = list(sequence.tokens)
-        full = PROMPT + sampled
-        n_prompt = len(PROMPT) - 1
-        logprobs = forged(len(full) - 1) if forged else [0.0] * n_prompt + list(sequence.logprobs or [])
-        datum = types.Datum(model_input=types.ModelInput.from_ints(full[:-1]), loss_fn_inputs={
-            "target_tokens": full[1:], "logprobs": logprobs,
-            "advantages": [0.0] * n_prompt + [advantage] * len(sampled)})
+        ob_len = len(PROMPT) - 1
+        logprobs = forged(ob_len + len(sampled)) if forged else [0.0] * ob_len + list(sequence.logprobs or [])
+        datum = types.Datum(model_input=types.ModelInput.from_ints(PROMPT + sampled[:-1]), loss_fn_inputs={
+            "target_tokens": [0] * ob_len + sampled, "logprobs": logprobs,
+            "advantages": [0.0] * ob_len + [advantage] * len(sampled)})
         out.append(with_sampled_provenance(datum, len(PROMPT), len(sampled), sequence.sequence_id))
     return out
 
@@ -49,7 +50,7 @@ def rl_datums(response: types.SampleResponse, advantages: list[float],
 def trainer_logprobs(trainer: TrainingClient, datums: list[types.Datum]) -> list[np.ndarray]:
     plain = [types.Datum(model_input=d.model_input, loss_fn_inputs={
         "target_tokens": d.loss_fn_inputs["target_tokens"], "weights": np.ones(d.model_input.length, np.float32)})
-        for d in datums]
+        for d in datums]  # the prompt rows' log-probs (of token 0) are never read
     out = trainer.forward(plain, "cross_entropy").result()
     return [np.asarray(o["logprobs"].to_numpy(), dtype=np.float64) for o in out.loss_fn_outputs]
 
@@ -152,33 +153,55 @@ def test_bad_provenance_is_refused_by_name(service_client: ServiceClient) -> Non
     foreign = other_session.create_lora_training_client(MODEL, rank=4, seed=1).save_weights_and_get_sampling_client(
         record_stability_info=True).sample(types.ModelInput.from_ints(PROMPT), 1, PARAMS).result()
     refused(rl_datums(foreign, [1.0])[0], "sampled in another session")
-    # A claim the record contradicts: the sampled span shifted by one token.
-    shifted = good.with_provenance(model_input=good.model_input_spans or [], loss_fn_inputs=[
-        types.PromptProvenanceSpan(sequence_id=sampled_id, offset=0, length=len(PROMPT) - 1),
-        types.SampledProvenanceSpan(sequence_id=sampled_id, length=len(response.sequences[0].tokens))])
-    refused(shifted, r"loss_fn_input_spans\[0\]: its 4 tokens differ")
-    # Training a prompt token.
-    inputs = dict(good.loss_fn_inputs)
-    inputs["advantages"] = types.TensorData.from_numpy(np.ones(good.model_input.length, np.float32))
-    trained_prompt = types.Datum(model_input=good.model_input, loss_fn_inputs=inputs).with_provenance(
-        model_input=good.model_input_spans or [], loss_fn_inputs=good.loss_fn_input_spans or [])
-    refused(trained_prompt, "target 0 has a non-zero advantage but its provenance is a prompt span")
+    # Claims the record contradicts: the model input's sampled tokens shifted by one, a prompt too long.
+    n_sampled = len(response.sequences[0].tokens)
+    shifted = good.with_provenance(model_input=[
+        types.PromptProvenanceSpan(sequence_id=sampled_id, length=len(PROMPT)),
+        types.SampledProvenanceSpan(sequence_id=sampled_id, offset=1, length=n_sampled - 1)],
+        loss_fn_inputs=good.loss_fn_input_spans or [])
+    refused(shifted, rf"model_input_spans\[1\]: its {n_sampled - 1} tokens differ from positions \[1, {n_sampled}\)")
+    beyond = good.with_provenance(model_input=good.model_input_spans or [], loss_fn_inputs=[
+        types.PromptProvenanceSpan(sequence_id=sampled_id, offset=2, length=len(PROMPT) - 1),
+        types.SampledProvenanceSpan(sequence_id=sampled_id, length=n_sampled)])
+    refused(beyond, rf"loss_fn_input_spans\[0\]: claims positions \[2, 6\) of the prompt .* which has {len(PROMPT)}")
     trainer.forward_backward([good], "stable_reinforce").result()  # and the good one trains
 
 
-def dataclass_with_ids(response: types.SampleResponse, *ids: str) -> types.SampleResponse:
-    import dataclasses
+def test_advantages_on_prompt_targets_are_set_aside_and_counted(service_client: ServiceClient) -> None:
+    """A KL penalty discounted onto observation tokens (as tinker-cookbook's does) puts advantages on
+    prompt targets: nothing was sampled there to weigh, so they do not train, and the metrics say so."""
+    trainer = service_client.create_lora_training_client(MODEL, rank=4, seed=2)
+    response = trainer.save_weights_and_get_sampling_client(record_stability_info=True).sample(
+        types.ModelInput.from_ints(PROMPT), 2, PARAMS).result()
+    clean = rl_datums(response, [1.0, -1.0])
+    shaped = []
+    for datum in clean:
+        inputs = dict(datum.loss_fn_inputs)
+        advantages = datum.loss_fn_inputs["advantages"].to_numpy().copy()
+        advantages[: len(PROMPT) - 1] = 0.3
+        inputs["advantages"] = types.TensorData.from_numpy(advantages.astype(np.float32))
+        shaped.append(dataclasses.replace(datum, loss_fn_inputs=inputs))
+    out_clean = trainer.forward(clean, "stable_reinforce").result()
+    out_shaped = trainer.forward(shaped, "stable_reinforce").result()
+    assert out_shaped.metrics["loss:sum"] == out_clean.metrics["loss:sum"]
+    assert out_shaped.metrics["unsampled_advantage_tokens:sum"] == 2 * (len(PROMPT) - 1)
+    assert out_clean.metrics["unsampled_advantage_tokens:sum"] == 0
 
+
+def dataclass_with_ids(response: types.SampleResponse, *ids: str) -> types.SampleResponse:
     return dataclasses.replace(response, sequences=[dataclasses.replace(s, sequence_id=i)
                                                     for s, i in zip(response.sequences, ids, strict=True)])
 
 
 def test_records_expire_after_a_day_of_disuse_and_stay_bounded() -> None:
-    records = StabilityRecords(retention_s=10.0, max_sequences=3)
     sequence = types.SampledSequence(stop_reason="stop", sequence_id="a", tokens_np=np.array([4, 5]),
                                      logprobs_np=np.array([-1.0, -2.0], np.float32))
+    one = types.SampleResponse(sequences=[sequence])
+    probe = StabilityRecords()
+    probe.record("s", [1, 2], one, ["x"])
+    records = StabilityRecords(retention_s=10.0, max_bytes=3 * probe._bytes)  # room for three
     for name in "abcd":
-        records.record("s", [1, 2], types.SampleResponse(sequences=[sequence]), [name])
+        records.record("s", [1, 2], one, [name])
     assert len(records) == 3
     with pytest.raises(DataFormatError, match="'a' names no recorded sequence"):
         records.use("s", "a", "here", now=0.0)  # the oldest went first

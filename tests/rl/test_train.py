@@ -226,3 +226,30 @@ def test_failed_rollouts_are_retried_and_counted(tmp_path: Path, monkeypatch: py
     row = _rows(tmp_path)[0]
     assert row["rollout_errors/ValueError"] == row["rollout_errors/recovered"] >= 1
     assert row["rollout_errors/groups_dropped"] == 0 and row["optim/num_datums"] == 4.0  # both groups whole
+
+
+def test_stable_reinforce_trains_two_turn_episodes_on_what_the_sampler_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each two-turn episode is one datum naming both turns' sequences (a prompt and a sampled span
+    each); the engine weighs every trained action token with its sampler's recorded log-prob."""
+    from recipes_lib.backends.local.clients import TrainingClient
+
+    sent: list[tuple[list[Any], Any]] = []
+    original = TrainingClient.forward_backward
+
+    def recording(self: Any, data: list[Any], loss_fn: Any, loss_fn_config: Any = None) -> Any:
+        future = original(self, data, loss_fn, loss_fn_config)
+        sent.append((data, future.result()))
+        return future
+
+    monkeypatch.setattr(TrainingClient, "forward_backward", recording)
+    train.main(_config(tmp_path, EvenTokensDatasetBuilder(n_batches=1, batch_size=2, group_size=3),
+                       loss_fn="stable_reinforce", max_tokens=6))
+    [(data, output)] = sent
+    assert len(data) == 6
+    for datum in data:
+        kinds = [type(span).__name__ for span in datum.loss_fn_input_spans]
+        assert kinds == ["PromptProvenanceSpan", "SampledProvenanceSpan"] * 2
+    trained = sum(int((d.loss_fn_inputs["advantages"].to_numpy() != 0).sum()) for d in data)
+    assert output.metrics["trained_tokens:sum"] == trained > 0
+    assert output.metrics["sampler_log_ratio_abs:max"] < 1e-4  # fp32, on-policy: the sampler is the trainer

@@ -26,17 +26,19 @@ def with_sampled_provenance(datum: types.Datum, prompt_length: int, num_sampled:
 
 
 def datums_of(response: types.SampleResponse) -> tuple[list[types.Datum], list[float]]:
-    """One datum per sequence, rewarded by how many of its tokens are even (centred in the group)."""
+    """One datum per sequence as the cookbook's rl_loop builds it (targets 0 under the prompt), rewarded
+    by how many of its tokens are even (centred in the group)."""
     rewards = [float(np.mean([t % 2 == 0 for t in s.tokens])) for s in response.sequences]
     advantages = np.asarray(rewards) - np.mean(rewards)
     datums = []
+    ob_len = len(PROMPT) - 1
     for sequence, advantage in zip(response.sequences, advantages, strict=True):
-        full = PROMPT + list(sequence.tokens)
-        datum = types.Datum(model_input=types.ModelInput.from_ints(full[:-1]), loss_fn_inputs={
-            "target_tokens": full[1:],
-            "logprobs": [0.0] * (len(PROMPT) - 1) + list(sequence.logprobs or []),
-            "advantages": [0.0] * (len(PROMPT) - 1) + [float(advantage)] * len(sequence.tokens)})
-        datums.append(with_sampled_provenance(datum, len(PROMPT), len(sequence.tokens), sequence.sequence_id))
+        sampled = list(sequence.tokens)
+        datum = types.Datum(model_input=types.ModelInput.from_ints(PROMPT + sampled[:-1]), loss_fn_inputs={
+            "target_tokens": [0] * ob_len + sampled,
+            "logprobs": [0.0] * ob_len + list(sequence.logprobs or []),
+            "advantages": [0.0] * ob_len + [float(advantage)] * len(sampled)})
+        datums.append(with_sampled_provenance(datum, len(PROMPT), len(sampled), sequence.sequence_id))
     return datums, [float(a) for a in advantages]
 
 
@@ -64,6 +66,10 @@ def test_stable_reinforce_trains_through_the_sdk(server: ThreadedServer) -> None
         assert out.metrics["sampler_log_ratio_abs:max"] < 1e-4  # on-policy: sampler = trainer
         trainer.optim_step(types.AdamParams(learning_rate=0.05)).result()
     assert not np.allclose(seen[0], seen[-1])  # it trained
+    # One sampled token: the model input's sampled span is empty (length 0), as rl_loop sends it.
+    short = sampler.sample(prompt=types.ModelInput.from_ints(PROMPT), num_samples=2,
+                           sampling_params=types.SamplingParams(max_tokens=1, seed=2)).result()
+    assert trainer.forward_backward(datums_of(short)[0], "stable_reinforce").result().metrics["trained_tokens:sum"] == 2
 
 
 def test_unknown_and_foreign_sequence_ids_are_clear_400s(server: ThreadedServer) -> None:
@@ -82,3 +88,18 @@ def test_unknown_and_foreign_sequence_ids_are_clear_400s(server: ThreadedServer)
                for d in datums_of(foreign)[0]]
     with pytest.raises(tinker.BadRequestError, match="with_provenance"):
         trainer.forward_backward(without, "stable_reinforce").result()
+
+
+def test_a_finished_session_takes_its_records_with_it() -> None:
+    from recipes_lib.backends.local.stability import RECORDS
+    from recipes_lib.server.registry import Registry
+
+    registry = Registry()
+    session = registry.new_session([], {}).session_id
+    sequence = types.SampledSequence(stop_reason="stop", sequence_id="x", tokens_np=np.array([4]),
+                                     logprobs_np=np.array([-1.0], np.float32))
+    RECORDS.record(session, [1, 2], types.SampleResponse(sequences=[sequence]), [f"{session}-seq"])
+    RECORDS.use(session, f"{session}-seq", "here", now=0.0)
+    registry.drop_session(session)
+    with pytest.raises(Exception, match="names no recorded sequence"):
+        RECORDS.use(session, f"{session}-seq", "here", now=0.0)

@@ -38,6 +38,7 @@ from recipes_lib.backends.local.futures import LocalFuture
 from recipes_lib.backends.local.losses import (
     RECORDED_LOGPROBS,
     REQUIRED_INPUTS,
+    UNSAMPLED_ADVANTAGES,
     check_sequence_inputs,
     resolve_config,
 )
@@ -254,10 +255,15 @@ class TrainingClient(_SelfFuture):
         )
 
     def _with_recorded_logprobs(self, index: int, datum: types.Datum, prepared: PreparedDatum) -> PreparedDatum:
+        """The datum with its sampler's recorded log-probs; advantages on targets that were not sampled
+        (a KL penalty discounted onto prompt tokens, say) are set aside: nothing can weigh them."""
         inputs = prepared.inputs
-        recorded = recorded_logprobs(datum, f"datum {index}", prepared.tokens_T, inputs["target_tokens"],
-                                     inputs["advantages"], self.session)
-        return dataclasses.replace(prepared, inputs={**inputs, RECORDED_LOGPROBS: recorded})
+        recorded, sampled = recorded_logprobs(datum, f"datum {index}", prepared.tokens_T, inputs["target_tokens"],
+                                              self.session)
+        advantages = inputs["advantages"]
+        return dataclasses.replace(prepared, inputs={
+            **inputs, RECORDED_LOGPROBS: recorded, "advantages": advantages * sampled,
+            UNSAMPLED_ADVANTAGES: advantages * ~sampled})
 
     def _model(self) -> torch.nn.Module:
         return self._base.host.model(self._adapter)

@@ -55,6 +55,8 @@ SEQUENCE_LOSSES = ("gspo",)
 SEQUENCE_LOG_RATIO = "sequence_log_ratio"
 # The sampler's own recorded log-prob of each target (`stable_reinforce`), filled in by the engine.
 RECORDED_LOGPROBS = "recorded_logprobs"
+# The advantages `stable_reinforce` set aside: those of targets a prompt span covers (for the metrics).
+UNSAMPLED_ADVANTAGES = "unsampled_advantages"
 # Inputs the engine adds to a datum's own before a loss reads them.
 ENGINE_INPUTS: dict[str, tuple[str, ...]] = {"gspo": (SEQUENCE_LOG_RATIO,), "stable_reinforce": (RECORDED_LOGPROBS,)}
 CONFIG_DEFAULTS: dict[str, dict[str, float]] = {
@@ -174,13 +176,15 @@ def loss_metrics(loss_fn: str, logprobs: torch.Tensor, inputs: Mapping[str, torc
                  config: Mapping[str, float]) -> dict[str, float]:
     """One datum's diagnostics beyond the loss, to be added up (`:sum`) or maxed (`:max`) over a batch.
 
-    `stable_reinforce`: how many trained tokens had their importance weight truncated at C, and the
-    largest |lp - m| between trainer and sampler (0 for on-policy data sampled with the same numerics).
+    `stable_reinforce`: how many trained tokens had their importance weight truncated at C, the
+    largest |lp - m| between trainer and sampler (0 for on-policy data sampled with the same numerics),
+    and how many non-zero advantages sat on targets that were not sampled (not trained).
     """
     if loss_fn != "stable_reinforce":
         return {}
     log_ratio = (logprobs.detach() - inputs[RECORDED_LOGPROBS])[inputs["advantages"] != 0]
     return {"trained_tokens:sum": float(log_ratio.numel()),
+            "unsampled_advantage_tokens:sum": float((inputs[UNSAMPLED_ADVANTAGES] != 0).sum()),
             "truncated_tokens:sum": float((log_ratio > math.log(config["importance_cap"])).sum()),
             "sampler_log_ratio_abs:max": float(log_ratio.abs().max()) if log_ratio.numel() else 0.0}
 

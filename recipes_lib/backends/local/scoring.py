@@ -80,7 +80,11 @@ def target_cells(tensor: types.TensorData, prompt_length: int, vocab_size: int) 
         )
     width = shape[1]
     if tensor.sparse_crow_indices is None:
-        cells = TargetCells((rows, width), np.repeat(np.arange(rows), width), tensor.to_numpy().reshape(-1))
+        ids = np.asarray(tensor.data).reshape(-1)
+        if ids.size != rows * width:
+            raise DataFormatError(f"target_prompt_logprobs has {ids.size} values for its shape {shape} "
+                                  f"({rows * width} cells).")
+        cells = TargetCells((rows, width), np.repeat(np.arange(rows), width), ids.astype(np.int64))
     else:
         cells = _sparse_cells(tensor, rows, width)
     outside = np.unique(cells.ids_N[(cells.ids_N < -1) | (cells.ids_N >= vocab_size)])

@@ -6,12 +6,14 @@ datums name those sequences through provenance spans (`Datum.with_provenance`): 
 model input and the targets, each claiming positions `[offset, offset + length)` of a recorded
 prompt (`PromptProvenanceSpan`) or of its sampled tokens (`SampledProvenanceSpan`).
 `recorded_logprobs` checks every claim against the record (the sequence exists, belongs to the
-caller's session, and holds those very tokens) and returns the sampler's log-prob of each target,
-which `stable_reinforce` uses in place of the `logprobs` the client sent.
+caller's session, the positions exist, and the model input and sampled targets hold those very
+tokens) and returns the sampler's log-prob of each target, which `stable_reinforce` uses in place of
+the `logprobs` the client sent. Targets under a prompt span are not compared: tinker-cookbook's
+`rl_loop` fills them with 0s (they carry no loss), and they get no sampler log-prob.
 
 Retention follows the Tinker docs: a recorded sequence belongs to the session that sampled it and
 can be trained on for one day after sampling; each training request that uses it restarts the day.
-A session's records go when it ends. At most `MAX_SEQUENCES` are kept per process (the least
+A session's records go when it ends. The records of a process hold at most `MAX_BYTES` (the least
 recently used go first), so a long run's memory stays bounded.
 """
 
@@ -28,7 +30,7 @@ from tinker import types
 from recipes_lib.exceptions import DataFormatError
 
 RETENTION_S = 24 * 3600.0
-MAX_SEQUENCES = 100_000  # ~ a few hundred bytes each plus their tokens: tens of MB at most
+MAX_BYTES = 256 * 2**20  # the tokens and log-probs held, counting a prompt once per request
 
 
 @dataclass
@@ -41,15 +43,20 @@ class RecordedSequence:
     logprobs: np.ndarray  # float32 (S,)
     last_used: float
 
+    @property
+    def nbytes(self) -> int:  # a prompt shared by a request's samples is counted for each: an upper bound
+        return int(self.prompt.nbytes + self.tokens.nbytes + self.logprobs.nbytes) + 200
+
 
 class StabilityRecords:
     """Thread-safe map from sequence id to `RecordedSequence`, least recently used first."""
 
-    def __init__(self, retention_s: float = RETENTION_S, max_sequences: int = MAX_SEQUENCES):
+    def __init__(self, retention_s: float = RETENTION_S, max_bytes: int = MAX_BYTES):
         self.retention_s = retention_s
-        self.max_sequences = max_sequences
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._by_id: OrderedDict[str, RecordedSequence] = OrderedDict()
+        self._bytes = 0
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -64,12 +71,22 @@ class StabilityRecords:
         with self._lock:
             for sequence_id, sequence in zip(ids, response.sequences, strict=True):
                 assert sequence.logprobs is not None, "the local sampler always returns log-probs"
-                self._by_id[sequence_id] = RecordedSequence(
-                    session, shared_prompt, np.asarray(sequence.tokens, dtype=np.int32),
-                    np.asarray(sequence.logprobs, dtype=np.float32), now)
-                self._by_id.move_to_end(sequence_id)
-            while len(self._by_id) > self.max_sequences:
-                self._by_id.popitem(last=False)
+                self._forget(sequence_id)
+                record = RecordedSequence(session, shared_prompt, np.asarray(sequence.tokens, dtype=np.int32),
+                                          np.asarray(sequence.logprobs, dtype=np.float32), now)
+                self._by_id[sequence_id] = record
+                self._bytes += record.nbytes
+            # Least recently used first: drop from the front while over budget or expired.
+            while self._by_id:
+                oldest_id, oldest = next(iter(self._by_id.items()))
+                if self._bytes <= self.max_bytes and now - oldest.last_used <= self.retention_s:
+                    break
+                self._forget(oldest_id)
+
+    def _forget(self, sequence_id: str) -> None:
+        record = self._by_id.pop(sequence_id, None)
+        if record is not None:
+            self._bytes -= record.nbytes
 
     def use(self, session: str, sequence_id: str, where: str, now: float) -> RecordedSequence:
         """The record of `sequence_id` for a training request of `session` (its day restarts).
@@ -80,13 +97,14 @@ class StabilityRecords:
         with self._lock:
             found = self._by_id.get(sequence_id)
             if found is not None and now - found.last_used > self.retention_s:
-                del self._by_id[sequence_id]
+                self._forget(sequence_id)
                 found = None
             if found is None:
                 raise DataFormatError(
                     f"{where}: sequence_id {sequence_id!r} names no recorded sequence. stable_reinforce trains on "
                     "sequences sampled with record_stability_info=True in this session within the last day "
-                    "(create the sampling client with record_stability_info=True).")
+                    "(create the sampling client with record_stability_info=True); the least recently used "
+                    f"records also go once the process holds {self.max_bytes // 2**20} MiB of them.")
             if found.session != session:
                 raise DataFormatError(
                     f"{where}: sequence_id {sequence_id!r} was sampled in another session; a training request "
@@ -98,41 +116,37 @@ class StabilityRecords:
     def drop_session(self, session: str) -> None:
         with self._lock:
             for sequence_id in [k for k, v in self._by_id.items() if v.session == session]:
-                del self._by_id[sequence_id]
+                self._forget(sequence_id)
 
 
 RECORDS = StabilityRecords()  # process-wide: in-process sessions and the server's share it
 
 
 def recorded_logprobs(datum: types.Datum, where: str, tokens: torch.Tensor, targets: torch.Tensor,
-                      advantages: torch.Tensor, session: str, records: StabilityRecords = RECORDS) -> torch.Tensor:
-    """The sampler's recorded log-prob of each target `(T,)` (0 where a prompt span covers it).
+                      session: str, records: StabilityRecords = RECORDS) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampler's recorded log-prob of each target `(T,)` (0 under a prompt span), and a bool
+    `(T,)` of the targets that were sampled (the only ones `stable_reinforce` can weigh).
 
     Raises:
         DataFormatError: naming the datum and span, for a datum without provenance, spans that do
-            not tile their field, a claim the record contradicts (other tokens, out of range), an
-            unknown or foreign sequence, or a non-zero advantage on a token that was not sampled.
+            not tile their field, a claim the record contradicts (other tokens, out of range), or an
+            unknown or foreign sequence.
     """
     if datum.model_input_spans is None or datum.loss_fn_input_spans is None:
         raise DataFormatError(
             f"{where}: stable_reinforce needs provenance naming the sampled sequence behind every token; "
             "build the datum with Datum.with_provenance(model_input=[...], loss_fn_inputs=[...]).")
     now = time.time()
-    _check_claims(datum.model_input_spans, tokens, f"{where}: model_input_spans", session, records, now)
-    sampler_T, sampled_T = _check_claims(datum.loss_fn_input_spans, targets, f"{where}: loss_fn_input_spans",
-                                         session, records, now)
-    trained_unsampled = (advantages != 0) & ~sampled_T
-    if bool(trained_unsampled.any()):
-        row = int(trained_unsampled.nonzero()[0, 0])
-        raise DataFormatError(
-            f"{where}: target {row} has a non-zero advantage but its provenance is a prompt span; "
-            "stable_reinforce trains sampled tokens only (give prompt tokens advantage 0).")
-    return sampler_T
+    _check_claims(datum.model_input_spans, tokens, f"{where}: model_input_spans", session, records, now, True)
+    return _check_claims(datum.loss_fn_input_spans, targets, f"{where}: loss_fn_input_spans", session, records, now,
+                         False)
 
 
 def _check_claims(spans: Sequence[types.PromptProvenanceSpan | types.SampledProvenanceSpan], field_T: torch.Tensor,
-                  where: str, session: str, records: StabilityRecords, now: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Check that `spans` tile `field_T` and that each claim matches its record.
+                  where: str, session: str, records: StabilityRecords, now: float,
+                  compare_prompt: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check that `spans` tile `field_T` and that each claim matches its record (a prompt span's
+    tokens only if `compare_prompt`).
 
     Returns the recorded sampler log-probs `(T,)` (0 under prompt spans) and a bool `(T,)` of the
     positions under sampled spans.
@@ -155,7 +169,7 @@ def _check_claims(spans: Sequence[types.PromptProvenanceSpan | types.SampledProv
             raise DataFormatError(f"{here}: claims positions [{span.offset}, {end}) of the {kind} of "
                                   f"{span.sequence_id!r}, which has {len(source)}.")
         claimed = field_T[start : start + span.length].numpy()
-        if not np.array_equal(claimed, source[span.offset : end]):
+        if (sampled or compare_prompt) and not np.array_equal(claimed, source[span.offset : end]):
             raise DataFormatError(f"{here}: its {span.length} tokens differ from positions [{span.offset}, {end}) "
                                   f"of the {kind} of {span.sequence_id!r}.")
         if sampled:

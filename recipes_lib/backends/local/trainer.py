@@ -295,7 +295,7 @@ def builtin_pass(
             losses = [per_token_loss(loss_fn, lp, _to(d.inputs, lp.device), config).sum()
                       for lp, d in zip(logprobs, batch)]
             total = torch.stack(losses).sum()
-            for lp, d in zip(logprobs, batch):
+            for lp, d in zip(logprobs, batch) if loss_fn == "stable_reinforce" else ():
                 add_metrics(metrics, loss_metrics(loss_fn, lp.cpu(), d.inputs, config))
         loss_sum += float(total)
         for i, lp in zip(indices, logprobs):
