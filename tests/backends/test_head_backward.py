@@ -2,6 +2,8 @@
 (`trainer._head_forward_backward`): the same loss, log-probs and gradients as autograd's own backward
 through the checkpointed chunks (`trainer.token_logprobs`), which custom losses still use."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -10,7 +12,13 @@ from tinker import types
 from recipes_lib.backends.local import trainer
 from recipes_lib.backends.local.batch import micro_batches, prepare_datums
 from recipes_lib.backends.local.clients import ServiceClient
-from recipes_lib.backends.local.losses import REQUIRED_INPUTS, gradient_mask, per_token_loss, resolve_config
+from recipes_lib.backends.local.losses import (
+    RECORDED_LOGPROBS,
+    REQUIRED_INPUTS,
+    gradient_mask,
+    per_token_loss,
+    resolve_config,
+)
 from recipes_lib.backends.local.precision import PrecisionName
 from tests.lora_training import train_on_tokens
 
@@ -69,6 +77,9 @@ def test_the_same_loss_logprobs_and_gradients_as_autograd_through_the_chunks(
     model.zero_grad(set_to_none=True)
     # 150 trained positions: three chunks of the head, the last one short.
     prepared = prepare_datums(_datums([90, 40, 57], seed=1), REQUIRED_INPUTS[loss_fn], base.vocab_size)
+    if loss_fn == "stable_reinforce":  # the engine's lookup of the recorded log-probs, stood in for
+        prepared = [dataclasses.replace(d, inputs={**d.inputs, RECORDED_LOGPROBS: d.inputs["logprobs"]})
+                    for d in prepared]
     config = resolve_config(loss_fn, None)
     assert sum(int(gradient_mask(loss_fn, d.inputs).sum()) for d in prepared) > 2 * trainer.LOGIT_CHUNK_ROWS
 

@@ -50,7 +50,7 @@ PROMPT = tinker.types.ModelInput.from_ints(list(range(10)))
 def test_token_completer_returns_tokens_logprobs_and_stop_reason() -> None:
     client = FakeSamplingClient([5, 6, 7], stop_reason="length")
     result = asyncio.run(TinkerTokenCompleter(client, max_tokens=3, temperature=0.7)(PROMPT, [2]))
-    assert result == TokensWithLogprobs([5, 6, 7], [-0.5, -0.5, -0.5], "length")
+    assert result == TokensWithLogprobs([5, 6, 7], [-0.5, -0.5, -0.5], "length", "seq-0")
     prompt, num_samples, params = client.requests[0]
     assert prompt == PROMPT and num_samples == 1
     assert (params.max_tokens, params.temperature, params.stop) == (3, 0.7, [2])

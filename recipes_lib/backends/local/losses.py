@@ -184,7 +184,8 @@ def loss_metrics(loss_fn: str, logprobs: torch.Tensor, inputs: Mapping[str, torc
         return {}
     log_ratio = (logprobs.detach() - inputs[RECORDED_LOGPROBS])[inputs["advantages"] != 0]
     return {"trained_tokens:sum": float(log_ratio.numel()),
-            "unsampled_advantage_tokens:sum": float((inputs[UNSAMPLED_ADVANTAGES] != 0).sum()),
+            "unsampled_advantage_tokens:sum": float((inputs[UNSAMPLED_ADVANTAGES] != 0).sum())
+            if UNSAMPLED_ADVANTAGES in inputs else 0.0,
             "truncated_tokens:sum": float((log_ratio > math.log(config["importance_cap"])).sum()),
             "sampler_log_ratio_abs:max": float(log_ratio.abs().max()) if log_ratio.numel() else 0.0}
 
