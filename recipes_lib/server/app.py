@@ -20,11 +20,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tinker import types
@@ -106,6 +107,7 @@ def create_app(service: ServiceClient, api_key: str, max_body_bytes: int = 64 * 
     app = FastAPI(title="recipes engine (Tinker REST API)", docs_url=None, redoc_url=None, openapi_url=None,
                   lifespan=_quiet_shutdown)
     app.state.server = server
+    app.router.route_class = _StoppingRoute  # before any route is added
     _install_error_handlers(app)
     _install_auth(app, server)
     _add_service_routes(app, server)
@@ -147,6 +149,26 @@ def shutdown_exception_handler(previous: Callable[..., Any] | None,
             loop.default_exception_handler(context)
 
     return handle
+
+
+class _StoppingRoute(APIRoute):
+    """A route that answers 503 when the engine refuses work because the server is stopping.
+
+    After Ctrl-C the engine takes no more requests and says so with `KeyboardInterrupt`, which is no
+    `Exception`: uncaught, it would pass every error handler and print a traceback.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except KeyboardInterrupt:
+                return JSONResponse({"detail": "the server is stopping (Ctrl-C); this request was not run"},
+                                    status_code=503)
+
+        return guarded
 
 
 def _install_error_handlers(app: FastAPI) -> None:
