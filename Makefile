@@ -55,7 +55,7 @@ reproduce: setup
 	PYTHON=$(BIN)/python scripts/reproduce.sh
 
 # Every package of the project (tests/test_layering.py lists the same ones in LAYERS).
-TYPED := recipes_lib renderers eval supervised rl preference distillation recipes examples scripts
+TYPED := recipes_lib renderers eval supervised rl preference distillation tool_use recipes examples scripts
 
 typecheck: setup
 	$(BIN)/python -m mypy $(TYPED)

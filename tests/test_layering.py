@@ -18,6 +18,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("eval",),  # evaluators, the tasks they measure, Inspect; every training loop runs them
     ("supervised", "rl"),  # training pipelines
     ("preference", "distillation"),  # pipelines built on the ones below (SFT data, RL loop)
+    ("tool_use",),  # tools and the tool env (a MessageEnv of rl), under the cookbook's names
     ("recipes",),  # runnable recipes
     ("examples", "scripts"),  # user-facing examples, and the measurement scripts the README quotes (not packages)
 ]

@@ -26,7 +26,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SPEC_FILES = ("tinker-docs.txt", "tinker-skill-notes.diff.txt")
 NAMES_FILE = Path(__file__).parent / "fixtures" / "spec_names.txt"
-PIPELINES = ("rl", "supervised", "preference", "recipes", "eval", "renderers")
+PIPELINES = ("rl", "supervised", "preference", "recipes", "eval", "renderers", "tool_use")
 
 
 def map_module(spec_module: str) -> str:
@@ -76,6 +76,7 @@ def _spec_dir() -> Path | None:
 def test_the_mapping() -> None:
     assert map_module("tinker_cookbook.rl.train") == "rl.train"
     assert map_module("tinker_cookbook.recipes.preference.train") == "recipes.preference.train"
+    assert map_module("tinker_cookbook.tool_use.tools") == "tool_use.tools"
     assert map_module("tinker_cookbook.utils.ml_log") == "recipes_lib.utils.ml_log"
     assert map_module("tinker_cookbook.run_inspect_evals") == "recipes_lib.run_inspect_evals"
     assert map_import("tinker_cookbook", "renderers") == "import renderers"

@@ -27,7 +27,6 @@ from typing import Annotated, Any, get_args, get_origin, get_type_hints
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema
-from pydantic_core import CoreSchema
 
 from tool_use.types import ToolDefinitionError
 
@@ -39,7 +38,7 @@ _ARGUMENT_HEADINGS = ("Args:", "Arguments:", "Parameters:")
 class _WithoutTitles(GenerateJsonSchema):
     """pydantic's schema without the titles it makes up from field names ("A", "Query")."""
 
-    def field_title_should_be_set(self, schema: CoreSchema) -> bool:
+    def field_title_should_be_set(self, schema: object) -> bool:
         return False
 
 
@@ -87,19 +86,17 @@ def _field(parameter: inspect.Parameter, hints: dict[str, Any], docstring_text: 
     hint, annotated_text = _split_description(hints[parameter.name])
     default = ... if parameter.default is inspect.Parameter.empty else parameter.default
     description = annotated_text or docstring_text
-    # A description=None given here would override one from a Field(...) inside Annotated.
     return hint, Field(default, description=description) if description else Field(default)
 
 
 def _split_description(hint: Any) -> tuple[Any, str | None]:
-    """`Annotated[T, "text", *rest]` -> (`Annotated[T, *rest]`, "text"); other hints pass through.
-
-    A `Field(description=...)` in the metadata stays, and pydantic merges it with the default.
-    """
+    """`Annotated[T, "text", *rest]` -> (`Annotated[T, *rest]`, "text"), else the description of a
+    `Field(...)` in the metadata (which stays: pydantic merges it); other hints pass through."""
     if get_origin(hint) is not Annotated:
         return hint, None
     base, *metadata = get_args(hint)
     texts = [item for item in metadata if isinstance(item, str)]
+    texts += [item.description for item in metadata if isinstance(item, FieldInfo) and item.description]
     kept = [item for item in metadata if not isinstance(item, str)]
     stripped = Annotated[(base, *kept)] if kept else base
     return stripped, texts[0] if texts else None

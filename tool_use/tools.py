@@ -55,7 +55,7 @@ def simple_tool_result(
     metrics: dict[str, float] | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> ToolResult:
-    """A result of one `tool` message with `content`.
+    """A result of one `tool` message with `content` (text: no renderer here renders images).
 
     Args:
         call_id, name: the call answered and the tool's name; a `FunctionTool` fills in empty ones.
@@ -83,7 +83,7 @@ def error_tool_result(
     )
 
 
-def failure_result(tool_name: str, call_id: str | None, exc: Exception) -> ToolResult:
+def _failure_result(tool_name: str, call_id: str | None, exc: Exception) -> ToolResult:
     """The error result of a tool that raised `exc`."""
     return error_tool_result(f"{tool_name} raised {type(exc).__name__}: {exc}", call_id=call_id or "",
                              name=tool_name, error_type=ToolErrorKind.FAILED)
@@ -128,8 +128,8 @@ class FunctionTool:
         try:
             result = await self._call({key: getattr(arguments, key) for key in type(arguments).model_fields})
         except Exception as exc:  # a failing tool is news for the model, not a crash of the rollout
-            return failure_result(self.name, input.call_id, exc)
-        return _addressed(checked_result(result, self.name), self.name, input.call_id)
+            return _failure_result(self.name, input.call_id, exc)
+        return _addressed(_checked_result(result, self.name), self.name, input.call_id)
 
     async def _call(self, kwargs: dict[str, Any]) -> object:
         args = () if self._instance is None else (self._instance,)
@@ -192,10 +192,11 @@ async def handle_tool_call(
         return error_tool_result(f"the arguments of {name} {exc}", call_id=call_id, name=name,
                                  error_type=ToolErrorKind.BAD_ARGUMENTS)
     result = await _run_limited(offered[name], ToolInput(arguments, tool_call.id), limits.timeout_s)
-    return capped(result, limits.max_output_chars)
+    return _capped(result, limits.max_output_chars)
 
 
 async def _run_limited(target: Tool, input: ToolInput, timeout_s: float) -> ToolResult:
+    """`target.run(input)` within `timeout_s` seconds (0: no limit), its messages addressed to the call."""
     limit = asyncio.timeout(timeout_s or None)
     try:
         async with limit:
@@ -204,13 +205,13 @@ async def _run_limited(target: Tool, input: ToolInput, timeout_s: float) -> Tool
         raise
     except Exception as exc:  # as in FunctionTool.run, for tools that implement the protocol themselves
         if isinstance(exc, TimeoutError) and limit.expired():
-            return error_tool_result(f"{target.name} did not finish within {timeout_s:g} s", call_id=input.call_id
-                                     or "", name=target.name, error_type=ToolErrorKind.TIMEOUT)
-        return failure_result(target.name, input.call_id, exc)
-    return checked_result(result, target.name)
+            return error_tool_result(f"{target.name} did not finish within {timeout_s:g} s",
+                                     call_id=input.call_id or "", name=target.name, error_type=ToolErrorKind.TIMEOUT)
+        return _failure_result(target.name, input.call_id, exc)
+    return _addressed(_checked_result(result, target.name), target.name, input.call_id)
 
 
-def capped(result: ToolResult, max_chars: int) -> ToolResult:
+def _capped(result: ToolResult, max_chars: int) -> ToolResult:
     """`result` with each message's content cut to `max_chars` characters plus a note (0: no cap);
     a cut result is marked `metadata["truncated"] = True`."""
     if not max_chars or all(len(message["content"]) <= max_chars for message in result.messages):
@@ -240,7 +241,7 @@ def tools_by_name(tools: Mapping[str, Tool] | Sequence[Tool]) -> dict[str, Tool]
     return dict(zip(names, tools, strict=True))
 
 
-def checked_result(result: object, tool_name: str) -> ToolResult:
+def _checked_result(result: object, tool_name: str) -> ToolResult:
     if not isinstance(result, ToolResult):
         raise ToolDefinitionError(f"Tool {tool_name!r} returned {type(result).__name__}; a tool returns a "
                                   "ToolResult (simple_tool_result(text) makes one).")

@@ -23,6 +23,7 @@ async def search(
 
     Args:
         query: overridden by the Annotated text.
+        limit: overridden by the Field's description.
         weight (float): how much the
             title counts.
 

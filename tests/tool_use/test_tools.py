@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from recipes_lib.exceptions import ConfigurationError
 from renderers import ToolCall
 from tool_use import (
     Tool,
@@ -111,6 +112,31 @@ def test_a_tool_raising_timeout_error_itself_is_a_failure_not_a_timeout() -> Non
     result = asyncio.run(handle_tool_call({"flaky": Flaky()}, ToolCall.of("flaky", {})))  # type: ignore[dict-item]
     assert result.error == ToolErrorKind.FAILED
     assert result.messages[0]["content"] == "Error: flaky raised TimeoutError: upstream timed out"
+
+
+class Echo(Tool):
+    """A tool written against the protocol, without `@tool`."""
+
+    name, description = "echo", "Repeat the text."
+    parameters_schema = {"type": "object", "properties": {"text": {"type": "string"}}}
+
+    async def run(self, input: ToolInput) -> ToolResult:
+        return simple_tool_result(str(input.arguments["text"]))
+
+
+def test_a_protocol_tool_gets_the_same_handling() -> None:
+    result = asyncio.run(handle_tool_call([Echo()], ToolCall.of("echo", {"text": "hi"}, id="call_2")))
+    assert result.messages == [{"role": "tool", "content": "hi", "tool_call_id": "call_2", "name": "echo"}]
+    assert Echo().to_spec() == {"name": "echo", "description": "Repeat the text.",
+                                "parameters": Echo.parameters_schema}
+    failed = asyncio.run(handle_tool_call([Echo()], ToolCall.of("echo", {})))
+    assert failed.error == ToolErrorKind.FAILED and failed.messages[0]["content"] == "Error: echo raised KeyError: 'text'"
+
+
+@pytest.mark.parametrize("settings", [{"timeout_s": -1.0}, {"max_output_chars": -5}])
+def test_negative_limits_are_refused(settings: dict[str, float]) -> None:
+    with pytest.raises(ConfigurationError, match="ToolLimits needs timeout_s >= 0 and max_output_chars >= 0"):
+        ToolLimits(**settings)  # type: ignore[arg-type]
 
 
 def test_long_output_is_cut_and_says_so() -> None:
