@@ -123,7 +123,8 @@ class InspectAPIFromTinkerSampling(ModelAPI):
         if not self.renderer.supports_tool_calls:
             raise RendererError(
                 f"The task offers tools {[t['name'] for t in tools]}, but the {self.renderer.name!r} renderer cannot "
-                "render tool calls; use a model and renderer with tool support (e.g. qwen3)."
+                "render tool calls; use a model and renderer with tool support (the qwen3, llama3 and chatml "
+                "families, or hf_chat_template with a tool_call_format)."
             )
         has_system = bool(messages) and messages[0]["role"] == "system"
         system = messages[0]["content"] if has_system else ""

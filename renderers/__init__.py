@@ -6,8 +6,8 @@
     model_input, weights_T = renderer.build_supervised_example(messages)  # weights 1 on trained tokens
     message, ok = renderer.parse_response(sampled_tokens)
 
-Built-in names: role_colon, llama3, qwen3, qwen3_disable_thinking, qwen3_instruct, chatml, smollm2,
-and hf_chat_template, which renders through the tokenizer's own chat template for any other model
+Built-in names: role_colon, llama3, llama3_1, qwen3, qwen3_disable_thinking, qwen3_instruct, chatml,
+smollm2, and hf_chat_template, which renders through the tokenizer's own chat template for any other model
 (`recipes_lib.model_info.get_recommended_renderer_name(model)` picks one). Add your own with
 `register_renderer(name, factory)`, where `factory(tokenizer)` returns a `Renderer`.
 
@@ -22,7 +22,7 @@ from recipes_lib.tokenizers import Tokenizer
 from renderers.base import Message, Renderer, ToolCall, ToolSpec, TrainOnWhat
 from renderers.chatml import ChatMLRenderer, SmolLM2Renderer
 from renderers.hf_chat_template import HFChatTemplateRenderer
-from renderers.llama3 import Llama3Renderer
+from renderers.llama3 import Llama3Renderer, Llama31Renderer
 from renderers.messages import MessageSchema, parse_message, parse_messages
 from renderers.qwen3 import Qwen3DisableThinkingRenderer, Qwen3InstructRenderer, Qwen3Renderer
 from renderers.role_colon import RoleColonRenderer
@@ -48,6 +48,7 @@ RendererFactory = Callable[[Tokenizer], Renderer]
 _BUILT_IN: dict[str, RendererFactory] = {
     "role_colon": RoleColonRenderer,
     "llama3": Llama3Renderer,
+    "llama3_1": Llama31Renderer,
     "qwen3": Qwen3Renderer,
     "qwen3_disable_thinking": Qwen3DisableThinkingRenderer,
     "qwen3_instruct": Qwen3InstructRenderer,

@@ -12,6 +12,7 @@ token is trained when any of its characters is. (A token straddles a header/outp
 when a content starts with a newline that merges with the header's own newline.)
 """
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -68,7 +69,9 @@ class Renderer(ABC):
     """
 
     name: ClassVar[str] = "renderer"
-    supports_tool_calls: ClassVar[bool] = False
+    # Renders assistant tool calls and `tool` messages, declares tools and parses calls back. An
+    # instance attribute, so that `hf_chat_template` can decide per template.
+    supports_tool_calls: bool = False
     supports_thinking: ClassVar[bool] = False
 
     def __init__(self, tokenizer: Tokenizer, model_name: str | None = None) -> None:
@@ -300,3 +303,37 @@ def split_at_stop_token(tokens: Sequence[int], stop_token: int) -> tuple[list[in
     if stop_token in tokens:
         return tokens[: tokens.index(stop_token)], True
     return tokens, False
+
+
+def openai_tool(tool: ToolSpec | Mapping[str, Any]) -> dict[str, Any]:
+    """A tool in the form chat templates read: `{"type": "function", "function": {name, description,
+    parameters}}` (a `ToolSpec` is wrapped; a tool already in that form is copied)."""
+    return dict(tool) if "function" in tool else {"type": "function", "function": dict(tool)}
+
+
+def tool_call_from_json(body: str, arguments_key: str) -> ToolCall | None:
+    """The call in `body`, the JSON text of an object with a string "name" and an object under
+    `arguments_key` (other keys are ignored); None when it is not that.
+
+    The arguments keep the text the model wrote when the body has the layout renderers write
+    (`{"name": "f", "<arguments_key>": <arguments>}`), so a parsed call renders back to the same tokens.
+    """
+    body = body.strip()
+    payload = _json_or_none(body)
+    if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
+        return None
+    name, arguments = payload["name"], payload.get(arguments_key)
+    if not isinstance(arguments, dict):
+        return None
+    head = f'{{"name": "{name}", "{arguments_key}": '
+    written = body[len(head) : -1] if body.startswith(head) and body.endswith("}") else ""
+    if _json_or_none(written) != arguments:
+        written = json.dumps(arguments, ensure_ascii=False)
+    return ToolCall.of(name, written)
+
+
+def _json_or_none(text: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None

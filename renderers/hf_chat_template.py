@@ -30,36 +30,51 @@ At construction the template is probed once with a short conversation for:
 - tool calls: passed in the OpenAI form (`{"type": "function", "function": {"name", "arguments"}}`)
   when the template renders them, refused otherwise.
 
-`parse_response` returns the decoded text before the stop token as the content; it does not parse
-reasoning or tool calls, whose syntax is template-specific. Tools cannot be declared through
-messages (`create_conversation_prefix_with_tools` raises), so the class keeps `supports_tool_calls`
-False for environments that would offer tools. Multi-turn prompts are not assumed to extend each
-other (`has_extension_property` is False).
+Tools. `create_conversation_prefix_with_tools` renders the template with `tools=` (the OpenAI form)
+and returns the declaration it writes as one system message: the text that stands where a system
+prompt's content would, found by rendering with a probe system prompt and checked by rendering that
+message back without `tools=` (Qwen2.5's, Qwen3's and other Hermes-style templates declare tools
+this way). A template that writes tools elsewhere (Llama-3.1's writes them in the first user turn
+and changes its system turn) or not at all is refused with a RendererError. Calls in a reply are
+read by the format the user names with `tool_call_format`, since their syntax is template-specific:
+
+    hermes        `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks ending the reply
+    llama3_json   the whole reply as `{"name": ..., "parameters": {...}}` (Llama-3.1's format)
+    none          no parsing: the text before the stop token is the content (the default)
+
+`supports_tool_calls` is True when the template renders calls and declares tools, and a format
+other than `none` is chosen. `parse_response` does not parse reasoning. Multi-turn prompts are not
+assumed to extend each other (`has_extension_property` is False).
 """
 
 import bisect
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from enum import StrEnum
 from typing import Any
 
 import jinja2
 import numpy as np
 import tinker
 
-from recipes_lib.exceptions import DataFormatError, RendererError
+from recipes_lib.exceptions import ConfigurationError, DataFormatError, RendererError
 from recipes_lib.tokenizers import Tokenizer
 from renderers.base import (
     Message,
     Renderer,
     Span,
     ToolCall,
+    ToolSpec,
     TrainOnWhat,
     as_train_on_what,
     check_trainable_flags,
     checked_messages,
+    openai_tool,
     split_at_stop_token,
     trained_message_indices,
 )
+from renderers.chatml import parse_tool_call_blocks
+from renderers.llama3 import parse_json_tool_call
 
 HFMessage = dict[str, Any]
 
@@ -68,14 +83,31 @@ _PROBE_USER = "Ping"
 _PROBE_ANSWER = "Pong"
 _PROBE_REASONING = "Reasoning7331"
 _PROBE_TOOL = "probe_tool_7331"
+_PROBE_SYSTEM = "System7331"
 # Two contents that differ in their first character: where their renderings diverge, content starts.
 _CONTENT_PROBES = ("A", "B")
 _REASONING_FIELDS = ("reasoning_content", "thinking")
 
 
+class ToolCallFormat(StrEnum):
+    """How `parse_response` reads tool calls in a reply (see the module docstring)."""
+
+    HERMES = "hermes"
+    LLAMA3_JSON = "llama3_json"
+    NONE = "none"
+
+
+_CALL_PARSERS: dict[ToolCallFormat, Callable[[Message], tuple[Message, bool]]] = {
+    ToolCallFormat.HERMES: parse_tool_call_blocks,
+    ToolCallFormat.LLAMA3_JSON: parse_json_tool_call,
+    ToolCallFormat.NONE: lambda message: (message, True),
+}
+
+
 class HFChatTemplateRenderer(Renderer):
     """Renders through the tokenizer's chat template (or `chat_template=`), with `template_kwargs`
-    passed to every rendering (e.g. `{"enable_thinking": False}` for Qwen3's template)."""
+    passed to every rendering (e.g. `{"enable_thinking": False}` for Qwen3's template), and reads
+    tool calls in replies by `tool_call_format` ("hermes", "llama3_json" or "none")."""
 
     name = "hf_chat_template"
 
@@ -85,11 +117,13 @@ class HFChatTemplateRenderer(Renderer):
         model_name: str | None = None,
         chat_template: str | None = None,
         template_kwargs: Mapping[str, Any] | None = None,
+        tool_call_format: ToolCallFormat | str = ToolCallFormat.NONE,
     ) -> None:
         super().__init__(tokenizer, model_name)
         self._explicit_template = chat_template
         self.chat_template = chat_template or _tokenizer_template(tokenizer, self.model_name)
         self.template_kwargs = dict(template_kwargs or {})
+        self.tool_call_format = _as_tool_call_format(tool_call_format)
         if not getattr(tokenizer, "is_fast", False):
             raise RendererError(
                 f"The {self.name!r} renderer needs a fast tokenizer (one with character offsets); the "
@@ -98,6 +132,10 @@ class HFChatTemplateRenderer(Renderer):
         self._end_of_turn = self._derive_end_of_turn()
         self.reasoning_field = self._probe_reasoning_field()
         self.renders_tool_calls = self._probe_tool_calls()
+        self.declares_tools = self._probe_tool_declaration()
+        self.supports_tool_calls = (
+            self.renders_tool_calls and self.declares_tools and self.tool_call_format != ToolCallFormat.NONE
+        )
 
     # --- the Renderer interface -------------------------------------------------------------
 
@@ -169,8 +207,22 @@ class HFChatTemplateRenderer(Renderer):
         return [self._end_of_turn]
 
     def parse_response(self, tokens: Sequence[int]) -> tuple[Message, bool]:
+        """The text before the stop token, with tool calls read by `tool_call_format`."""
         body, stopped = split_at_stop_token(tokens, self._end_of_turn)
-        return Message(role="assistant", content=self.decode(body)), stopped
+        message = Message(role="assistant", content=self.decode(body))
+        if not stopped:
+            return message, False
+        return _CALL_PARSERS[self.tool_call_format](message)
+
+    def create_conversation_prefix_with_tools(
+        self, tools: Sequence[ToolSpec], system_prompt: str = ""
+    ) -> list[Message]:
+        """A system message holding the template's declaration of `tools` (after `system_prompt`).
+
+        Raises:
+            RendererError: the template does not declare tools as a system message's text.
+        """
+        return [Message(role="system", content=self._tool_declaration(tools, system_prompt))]
 
     def _constructor_kwargs(self) -> dict[str, object]:
         kwargs: dict[str, object] = {}
@@ -178,6 +230,8 @@ class HFChatTemplateRenderer(Renderer):
             kwargs["chat_template"] = self._explicit_template
         if self.template_kwargs:
             kwargs["template_kwargs"] = self.template_kwargs
+        if self.tool_call_format != ToolCallFormat.NONE:
+            kwargs["tool_call_format"] = self.tool_call_format.value
         return kwargs
 
     def _checked(self, messages: Sequence[Message]) -> list[Message]:
@@ -279,12 +333,19 @@ class HFChatTemplateRenderer(Renderer):
             text, list(encoding["input_ids"]), [tuple(pair) for pair in encoding["offset_mapping"]]
         )
 
-    def _render(self, hf_messages: Sequence[HFMessage], generation: bool, what: str) -> str:
+    def _render(
+        self,
+        hf_messages: Sequence[HFMessage],
+        generation: bool,
+        what: str,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
         if not hf_messages:
             raise RendererError(f"Cannot render {what}: a chat template needs at least one message.")
         try:
             text = self.tokenizer.apply_chat_template(
                 list(hf_messages),
+                tools=tools,
                 chat_template=self.chat_template,
                 tokenize=False,
                 add_generation_prompt=generation,
@@ -296,6 +357,30 @@ class HFChatTemplateRenderer(Renderer):
             ) from error
         assert isinstance(text, str), type(text)
         return text
+
+    def _tool_declaration(self, tools: Sequence[ToolSpec], system_prompt: str) -> str:
+        """The system-message content that renders as the template does given `tools=` (see the
+        module docstring); a RendererError when there is none."""
+        hf_tools = [openai_tool(tool) for tool in tools]
+        question = {"role": "user", "content": _PROBE_USER}
+        given = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        try:
+            expected = self._render([*given, question], False, "a tool declaration", tools=hf_tools)
+            frame = self._render([{"role": "system", "content": _PROBE_SYSTEM}, question], False, "a system prompt")
+            content = _between_frame(expected, frame, _PROBE_SYSTEM)
+            renders_back = content is not None and expected == self._render(
+                [{"role": "system", "content": content}, question], False, "a tool declaration"
+            )
+        except DataFormatError as error:
+            raise RendererError(f"Cannot declare tools through the chat template of {self.model_name!r}: {error}") from error
+        if content is None or not renders_back or not all(tool["function"]["name"] in content for tool in hf_tools):
+            raise RendererError(
+                f"The chat template of {self.model_name!r} does not declare tools as the text of a system "
+                "message (it writes them elsewhere, as Llama-3.1's does in the first user turn, or not at "
+                "all), so the 'hf_chat_template' renderer cannot declare them through messages. Use a "
+                "hand-written renderer for this family (e.g. 'llama3_1')."
+            )
+        return content
 
     def _hf_messages(self, messages: Sequence[Message]) -> list[HFMessage]:
         return [_hf_message(message, self.reasoning_field, index) for index, message in enumerate(messages)]
@@ -337,6 +422,14 @@ class HFChatTemplateRenderer(Renderer):
         answer = {"role": "assistant", "content": "", "tool_calls": [call]}
         return _PROBE_TOOL in self._try_render([{"role": "user", "content": _PROBE_USER}, answer])
 
+    def _probe_tool_declaration(self) -> bool:
+        spec = ToolSpec(name=_PROBE_TOOL, description="Probe.", parameters={"type": "object", "properties": {}})
+        try:
+            self._tool_declaration([spec], "")
+        except RendererError:
+            return False
+        return True
+
     def _try_render(self, hf_messages: list[HFMessage]) -> str:
         """The rendering, or "" when the template refuses (a template may reject unknown fields)."""
         try:
@@ -364,6 +457,14 @@ class _Tokenized:
     def char_end(self, token: int) -> int:
         """Where the text of tokens [.., token) ends."""
         return self.offsets[token - 1][1] if token > 0 else 0
+
+
+def _as_tool_call_format(value: ToolCallFormat | str) -> ToolCallFormat:
+    try:
+        return ToolCallFormat(value)
+    except ValueError:
+        valid = [member.value for member in ToolCallFormat]
+        raise ConfigurationError(f"Unknown tool_call_format {value!r}; expected one of {valid}.") from None
 
 
 def _tokenizer_template(tokenizer: Tokenizer, model_name: str | None) -> str:
@@ -410,6 +511,15 @@ def _special_token_ids(tokenizer: Tokenizer) -> set[int]:
     """Ids of the tokenizer's special tokens: named ones and added tokens flagged special."""
     added = getattr(tokenizer, "added_tokens_decoder", {})
     return set(tokenizer.all_special_ids) | {token_id for token_id, token in added.items() if token.special}
+
+
+def _between_frame(text: str, frame: str, probe: str) -> str | None:
+    """What stands in `text` where `probe` stands in `frame` (the text around it equal), or None."""
+    if frame.count(probe) != 1:
+        return None
+    before, _, after = frame.partition(probe)
+    fits = text.startswith(before) and text.endswith(after) and len(text) >= len(before) + len(after)
+    return text[len(before) : len(text) - len(after)] if fits else None
 
 
 def _common_prefix_length(a: str, b: str) -> int:

@@ -11,26 +11,25 @@ They follow Qwen3's chat template (ChatML turns) case by case:
 - `tool` messages become `<tool_response>` blocks in a user turn, consecutive ones sharing the turn;
 - tools are declared in the system prompt (`create_conversation_prefix_with_tools`).
 
+The tool-call, tool-response and declaration text is the Hermes-style format of `renderers.chatml`.
+
 `qwen3_disable_thinking` opens the answer with an empty think block in the generation prompt (the
 template's `enable_thinking=False`), so that block is prompt, not trained, in supervised examples.
 `qwen3_instruct` never writes `<think>` (the 2507 Instruct models do not think).
 """
 
-import json
-import re
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import tinker
 
-from recipes_lib.exceptions import DataFormatError, RendererError
+from recipes_lib.exceptions import RendererError
 from recipes_lib.tokenizers import Tokenizer
 from renderers.base import (
     Message,
     Renderer,
     Span,
-    ToolCall,
     ToolSpec,
     TrainOnWhat,
     as_train_on_what,
@@ -38,22 +37,22 @@ from renderers.base import (
     split_at_stop_token,
     trained_message_indices,
 )
-from renderers.chatml import IM_END, IM_START, chatml_turn
+from renderers.chatml import (
+    IM_END,
+    IM_START,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    TOOL_RESPONSE_CLOSE,
+    TOOL_RESPONSE_OPEN,
+    chatml_turn,
+    parse_tool_call_blocks,
+    tool_calls_text,
+    tool_response_spans,
+    tools_system_prompt,
+)
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 EMPTY_THINK_BLOCK = f"{THINK_OPEN}\n\n{THINK_CLOSE}\n\n"
-TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
-TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
-TOOLS_HEADER = (
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
-)
-TOOLS_FOOTER = (
-    "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
-    'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, '
-    '"arguments": <args-json-object>}\n</tool_call>'
-)
-_TOOL_CALL_BLOCK = re.compile(f"{TOOL_CALL_OPEN}(.*?){TOOL_CALL_CLOSE}", re.DOTALL)
 
 
 class Qwen3Renderer(Renderer):
@@ -90,7 +89,7 @@ class Qwen3Renderer(Renderer):
             elif role == "assistant":
                 spans += self._assistant_spans(messages, index, last_query)
             elif role == "tool":
-                spans += _tool_response_spans(messages, index)
+                spans += tool_response_spans(messages, index)
             else:
                 raise RendererError(
                     f"Message {index} has role {role!r}; Qwen3 renders system, user, assistant, tool."
@@ -105,7 +104,7 @@ class Qwen3Renderer(Renderer):
         if self._frames(index, last_query, index == len(messages) - 1, reasoning):
             think = f"{THINK_OPEN}\n" + reasoning.strip("\n") + f"\n{THINK_CLOSE}\n\n"
             body = content.lstrip("\n")
-        body += _tool_calls_text(message.get("tool_calls", []), content) + IM_END
+        body += tool_calls_text(message.get("tool_calls", []), content) + IM_END
         return [
             Span(f"{IM_START}assistant\n", index),
             *self._think_spans(think, index),
@@ -193,17 +192,6 @@ class Qwen3InstructRenderer(Qwen3Renderer):
         return True
 
 
-def tools_system_prompt(tools: Sequence[ToolSpec | dict[str, Any]], system_prompt: str = "") -> str:
-    """The system-prompt text that declares `tools` (ToolSpecs, or OpenAI `{"type": "function", ...}`)."""
-    declared = "".join("\n" + json.dumps(_openai_tool(tool), ensure_ascii=False) for tool in tools)
-    prefix = system_prompt + "\n\n" if system_prompt else ""
-    return prefix + TOOLS_HEADER + declared + TOOLS_FOOTER
-
-
-def _openai_tool(tool: ToolSpec | dict[str, Any]) -> dict[str, Any]:
-    return dict(tool) if "function" in tool else {"type": "function", "function": dict(tool)}
-
-
 def _last_query_index(messages: Sequence[Message]) -> int:
     """Index of the last user message that is not a wrapped tool response (else the last index)."""
     for index in range(len(messages) - 1, -1, -1):
@@ -225,31 +213,6 @@ def _split_reasoning(message: Message) -> tuple[str, str]:
     return pieces[-1].lstrip("\n"), pieces[0].rstrip("\n").split(THINK_OPEN)[-1].lstrip("\n")
 
 
-def _tool_calls_text(tool_calls: Sequence[ToolCall], content: str) -> str:
-    """The `<tool_call>` blocks after a content, newline-separated as the template writes them."""
-    text = ""
-    for position, call in enumerate(tool_calls):
-        if not isinstance(call, ToolCall):
-            raise DataFormatError(f"render_spans reads tool calls as renderers.ToolCall objects; got {call!r}. "
-                                  "build_generation_prompt and build_supervised_example take any form.")
-        if position > 0 or content:
-            text += "\n"
-        text += (
-            f'{TOOL_CALL_OPEN}\n{{"name": "{call.function.name}", "arguments": {call.function.arguments}}}\n{TOOL_CALL_CLOSE}'
-        )
-    return text
-
-
-def _tool_response_spans(messages: Sequence[Message], index: int) -> list[Span]:
-    """A `<tool_response>` block; the first of a run opens a user turn and the last closes it."""
-    opens = index == 0 or messages[index - 1]["role"] != "tool"
-    closes = index == len(messages) - 1 or messages[index + 1]["role"] != "tool"
-    output = f"\n{TOOL_RESPONSE_OPEN}\n{messages[index]['content']}\n{TOOL_RESPONSE_CLOSE}"
-    spans = [Span(f"{IM_START}user", index)] if opens else []
-    spans.append(Span(output + (IM_END if closes else ""), index, is_output=True))
-    return spans + ([Span("\n", index)] if closes else [])
-
-
 def parse_assistant_text(text: str, parse_thinking: bool = True) -> tuple[Message, bool]:
     """Split a finished assistant turn into thinking, content and tool calls.
 
@@ -265,50 +228,4 @@ def parse_assistant_text(text: str, parse_thinking: bool = True) -> tuple[Messag
         message["content"] = pieces[-1].lstrip("\n")
         if reasoning:
             message["thinking"] = reasoning
-    if TOOL_CALL_OPEN not in message["content"] and TOOL_CALL_CLOSE not in message["content"]:
-        return message, True
-    parsed = parse_tool_calls(message["content"])
-    if parsed is None:
-        return message, False
-    message["content"], message["tool_calls"] = parsed
-    return message, True
-
-
-def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]] | None:
-    """(content before the calls, calls) from text ending in `<tool_call>` blocks; None if malformed."""
-    blocks = list(_TOOL_CALL_BLOCK.finditer(text))
-    if not blocks or text.count(TOOL_CALL_OPEN) != len(blocks) or text.count(TOOL_CALL_CLOSE) != len(blocks):
-        return None
-    gaps = [text[a.end() : b.start()] for a, b in zip(blocks, blocks[1:], strict=False)] + [
-        text[blocks[-1].end() :]
-    ]
-    calls = [_parse_tool_call(block.group(1)) for block in blocks]
-    if any(gap.strip() for gap in gaps) or any(call is None for call in calls):
-        return None
-    prefix = text[: blocks[0].start()]
-    return prefix.removesuffix("\n"), [call for call in calls if call is not None]
-
-
-def _parse_tool_call(body: str) -> ToolCall | None:
-    """A ToolCall from `{"name": ..., "arguments": {...}}`, keeping the arguments' text as written."""
-    body = body.strip()
-    try:
-        payload = json.loads(body)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
-        return None
-    if not isinstance(payload.get("arguments"), dict):
-        return None
-    head = f'{{"name": "{payload["name"]}", "arguments": '
-    written = body[len(head) : -1] if body.startswith(head) and body.endswith("}") else None
-    if written is None or _json_or_none(written) != payload["arguments"]:
-        written = json.dumps(payload["arguments"], ensure_ascii=False)
-    return ToolCall.of(payload["name"], written)
-
-
-def _json_or_none(text: str) -> object:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return None
+    return parse_tool_call_blocks(message)

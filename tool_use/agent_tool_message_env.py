@@ -130,7 +130,8 @@ def build_agent_tool_env(
     if not renderer.supports_tool_calls:
         raise ConfigurationError(
             f"The {renderer.name!r} renderer cannot render or parse tool calls, so a tool env cannot use it; "
-            "use one whose supports_tool_calls is True (the qwen3 family)."
+            "use one whose supports_tool_calls is True (the qwen3, llama3 and chatml families, or "
+            "hf_chat_template with a tool_call_format)."
         )
     message_env = AgentToolMessageEnv(tools=tools, initial_messages=initial_messages, max_turns=max_turns,
                                       reward_fn=reward_fn, limits=limits or ToolLimits())

@@ -132,7 +132,9 @@ def test_truncated_samples_report_max_tokens() -> None:
 
 
 def test_tools_with_a_renderer_without_tool_support_are_refused() -> None:
-    model = _model(ScriptedSamplingClient(lambda q: "x"))
+    api = InspectAPIFromTinkerSampling(renderer_name="role_colon", model_name=TINY,
+                                       sampling_client=ScriptedSamplingClient(lambda q: "x"))
+    model = Model(api=api, config=GenerateConfig())
     with pytest.raises(RendererError, match="cannot render tool calls"):
         asyncio.run(model.generate("hi", tools=[ToolInfo(name="add", description="Add.")]))
 

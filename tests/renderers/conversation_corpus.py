@@ -3,7 +3,7 @@
 A `Case` is what a user hands the renderer (messages, with tools declared through a system prefix)
 and what the reference template gets (Hugging Face-style messages and `tools=`). Contents mix empty,
 multi-line, whitespace-padded and unicode text; Qwen cases add reasoning, tool calls and tool
-responses.
+responses; Llama tool cases add one call per assistant turn and its result.
 """
 
 import json
@@ -156,3 +156,25 @@ def _assistant(
     if calls:
         message["tool_calls"] = calls
     return message
+
+
+def llama_tool_corpus(seed: int, count: int = 60) -> list[Case]:
+    """Llama-3.1 chats: tools (mostly), then exchanges in which the assistant may make one call (an
+    assistant turn holding only the call), read its result, and answer."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(count):
+        tools = TOOLS if rng.random() < 0.8 else None
+        system = rng.choice(CONTENTS) if rng.random() < 0.5 else None
+        messages: list[Message] = []
+        for _ in range(rng.randint(1, 3)):
+            messages.append(Message(role="user", content=rng.choice(CONTENTS)))
+            if tools is not None and rng.random() < 0.7:
+                call = ToolCall.of(*rng.choice(ARGUMENTS))
+                messages.append(Message(role="assistant", content="", tool_calls=[call]))
+                messages.append(Message(role="tool", content=rng.choice(TOOL_RESULTS)))
+            messages.append(Message(role="assistant", content=rng.choice(CONTENTS)))
+        if rng.random() < 0.5:
+            messages = messages[: rng.randint(1, len(messages))]
+        cases.append(Case(system, tools, messages))
+    return cases

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from renderers import Renderer, TrainOnWhat, get_renderer
-from tests.renderers.conversation_corpus import Case, chat_corpus, qwen_corpus
+from renderers.llama3 import Llama31Renderer
+from tests.renderers.conversation_corpus import Case, chat_corpus, llama_tool_corpus, qwen_corpus
 from tests.renderers.template_reference import read_template, reference_tokens
 
 
@@ -85,6 +86,32 @@ def test_qwen3_instruct_matches_template_where_they_agree(qwen3_tokenizer: Any) 
 def test_llama3_matches_template(llama3_tokenizer: Any) -> None:
     template = read_template("llama3.jinja")
     _check_corpus(get_renderer("llama3", llama3_tokenizer), template, chat_corpus(seed=3))
+
+
+def test_llama3_1_matches_the_3_1_template(llama3_tokenizer: Any) -> None:
+    """The dated system turn always, tools in the first user turn, one-call turns, `ipython` results."""
+    template = read_template("llama3.1.jinja")
+    renderer = get_renderer("llama3_1", llama3_tokenizer)
+    _check_corpus(renderer, template, chat_corpus(seed=6))
+    cases = llama_tool_corpus(seed=7)
+    assert sum(case.tools is not None for case in cases) >= 40
+    _check_corpus(renderer, template, cases)
+
+
+def test_llama3_1_matches_the_3_2_template_on_the_same_date(llama3_tokenizer: Any) -> None:
+    """3.2's template dates its system turn today unless given `date_string`; pass both the same date."""
+    template = read_template("llama3.2.jinja")
+    renderer = Llama31Renderer(llama3_tokenizer, date_string="01 Jan 2025")
+    _check_corpus(renderer, template, llama_tool_corpus(seed=8), date_string="01 Jan 2025")
+
+
+def test_chatml_tools_match_the_qwen2_5_template(qwen3_tokenizer: Any) -> None:
+    """Our tool format for ChatML is Qwen2.5's; that template inserts its own default system prompt,
+    so the cases give one."""
+    template = read_template("qwen2.5.jinja")
+    cases = [case for case in qwen_corpus(seed=9, count=160, thinking=False) if case.system_prompt is not None]
+    assert len(cases) >= 50 and sum(case.tools is not None for case in cases) >= 20
+    _check_corpus(get_renderer("chatml", qwen3_tokenizer), template, cases)
 
 
 def test_smollm2_matches_its_own_template(smollm2_tokenizer: Any) -> None:

@@ -33,6 +33,7 @@ BARE_TOOL_CALL: Message = {
 RENDERERS = {  # renderer name -> model whose tokenizer it runs on
     "role_colon": "meta-llama/Llama-3.1-8B",
     "llama3": "meta-llama/Llama-3.1-8B-Instruct",
+    "llama3_1": "meta-llama/Llama-3.1-8B-Instruct",
     "qwen3": "Qwen/Qwen3-8B",
     "qwen3_disable_thinking": "Qwen/Qwen3-8B",
     "qwen3_instruct": "Qwen/Qwen3-8B",  # same tokenizer as the 2507 Instruct models
@@ -65,7 +66,7 @@ def test_thinking_message_round_trips(name: str) -> None:
     assert renderer.parse_response(sampled_tokens(renderer, THINKING)) == (THINKING, True)
 
 
-@pytest.mark.parametrize("name", ["qwen3", "qwen3_disable_thinking", "qwen3_instruct"])
+@pytest.mark.parametrize("name", ["qwen3", "qwen3_disable_thinking", "qwen3_instruct", "chatml", "smollm2"])
 @pytest.mark.parametrize("message", [TOOL_CALLS, BARE_TOOL_CALL], ids=["with_content", "bare"])
 def test_tool_call_message_round_trips(name: str, message: Message) -> None:
     renderer = renderer_for(name)
@@ -97,8 +98,9 @@ def test_truncated_output_is_not_ok_and_keeps_the_text(name: str) -> None:
         '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call> and then more text',
     ],
 )
-def test_malformed_tool_calls_are_not_ok_and_keep_the_raw_text(text: str) -> None:
-    renderer = renderer_for("qwen3")
+@pytest.mark.parametrize("name", ["qwen3", "smollm2"])
+def test_malformed_tool_calls_are_not_ok_and_keep_the_raw_text(name: str, text: str) -> None:
+    renderer = renderer_for(name)
     message, ok = renderer.parse_response(renderer.encode(text + "<|im_end|>"))
     assert not ok
     assert message == {"role": "assistant", "content": text}

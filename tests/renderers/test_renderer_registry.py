@@ -21,7 +21,7 @@ from renderers import (
 from renderers.chatml import ChatMLRenderer
 from renderers.qwen3 import Qwen3Renderer
 
-BUILT_IN = ["chatml", "hf_chat_template", "llama3", "qwen3", "qwen3_disable_thinking", "qwen3_instruct", "role_colon", "smollm2"]
+BUILT_IN = ["chatml", "hf_chat_template", "llama3", "llama3_1", "qwen3", "qwen3_disable_thinking", "qwen3_instruct", "role_colon", "smollm2"]
 
 
 def test_built_in_names_are_registered() -> None:
@@ -56,6 +56,7 @@ def test_a_renderer_refuses_a_tokenizer_without_its_special_tokens(smollm2_token
         ("qwen3", "Qwen/Qwen3-8B"),
         ("smollm2", "recipes/tiny-llama"),
         ("llama3", "meta-llama/Llama-3.1-8B-Instruct"),
+        ("llama3_1", "meta-llama/Llama-3.1-8B-Instruct"),
     ],
 )
 def test_renderers_pickle_by_name(renderer: str, model: str) -> None:
@@ -87,7 +88,7 @@ def test_tool_prefix_is_the_template_system_turn(qwen3_tokenizer: Any) -> None:
     assert system["content"].startswith("Be nice.\n\n# Tools\n\n")
     assert '\n{"type": "function", "function": {"name": "f", "description": "Does f.", ' in system["content"]
     with pytest.raises(RendererError, match="tool calling"):
-        get_renderer("smollm2", get_tokenizer("recipes/tiny-llama")).create_conversation_prefix_with_tools(
+        get_renderer("role_colon", get_tokenizer("recipes/tiny-llama")).create_conversation_prefix_with_tools(
             tools
         )  # type: ignore[arg-type]
 
@@ -102,6 +103,7 @@ def _sampled(renderer: Renderer, messages: list[Message]) -> list[int]:
     [
         ("role_colon", "meta-llama/Llama-3.1-8B", {}),
         ("llama3", "meta-llama/Llama-3.1-8B-Instruct", {}),
+        ("llama3_1", "meta-llama/Llama-3.1-8B-Instruct", {}),
         ("smollm2", "HuggingFaceTB/SmolLM2-135M-Instruct", {}),
         ("qwen3_instruct", "Qwen/Qwen3-8B", {}),
         ("qwen3", "Qwen/Qwen3-8B", {}),

@@ -192,7 +192,7 @@ def test_bad_inputs_raise_named_errors(smollm2_tokenizer: Any, llama3_tokenizer:
     with pytest.raises(DataFormatError, match="string 'content'"):
         smollm2.build_generation_prompt([{"role": "user"}])  # type: ignore[typeddict-item]
     with pytest.raises(RendererError, match="tool_calls"):
-        smollm2.build_generation_prompt(
+        get_renderer("role_colon", smollm2_tokenizer).build_generation_prompt(
             [{"role": "assistant", "content": "", "tool_calls": [ToolCall.of("f", "{}")]}]
         )
     with pytest.raises(RendererError, match="thinking"):

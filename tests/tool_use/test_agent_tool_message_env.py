@@ -131,8 +131,8 @@ def test_a_result_that_says_stop_ends_the_episode() -> None:
 
 
 def test_a_renderer_that_cannot_render_tool_calls_is_refused(tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(ConfigurationError, match="The 'smollm2' renderer cannot render or parse tool calls"):
-        build_agent_tool_env(get_renderer("smollm2", tiny_tokenizer), [search], [], says_paris)
+    with pytest.raises(ConfigurationError, match="The 'role_colon' renderer cannot render or parse tool calls"):
+        build_agent_tool_env(get_renderer("role_colon", tiny_tokenizer), [search], [], says_paris)
 
 
 def test_tool_output_tokens_carry_weight_0_and_advantage_0(qwen3_instruct: Renderer) -> None:
