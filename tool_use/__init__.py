@@ -5,6 +5,7 @@
     tools.py                   @tool / FunctionTool, simple_tool_result, error_tool_result, handle_tool_call
     agent_tool_message_env.py  AgentToolMessageEnv (a MessageEnv) and build_agent_tool_env
     calculator.py              calculator: exact arithmetic, parsed with `ast`, never `eval`
+    search.py                  SearchIndex (SQLite FTS5 over .txt/.md files) and SearchTool, its `search` tool
 
     @tool
     async def search(query: Annotated[str, "what to look for"]) -> ToolResult:
@@ -17,6 +18,7 @@
 
 from tool_use.agent_tool_message_env import AgentToolMessageEnv, RewardFn, build_agent_tool_env
 from tool_use.calculator import calculator
+from tool_use.search import SearchIndex, SearchTool
 from tool_use.tools import FunctionTool, error_tool_result, handle_tool_call, simple_tool_result, tool
 from tool_use.types import (
     Tool,
@@ -32,6 +34,8 @@ __all__ = [
     "AgentToolMessageEnv",
     "FunctionTool",
     "RewardFn",
+    "SearchIndex",
+    "SearchTool",
     "Tool",
     "ToolDefinitionError",
     "ToolErrorKind",
