@@ -14,21 +14,13 @@ from tinker import types
 from recipes_lib.backends.local.clients import ServiceClient, TrainingClient
 from recipes_lib.backends.local.stability import StabilityRecords
 from recipes_lib.exceptions import DataFormatError
+from tests.provenance import with_sampled_provenance
 
 pytestmark = pytest.mark.numerics
 
 MODEL = "recipes/tiny-llama"
 PROMPT = [1, 17, 40, 99, 5]
 PARAMS = types.SamplingParams(max_tokens=6, temperature=1.0, seed=3)
-
-
-def with_sampled_provenance(datum: types.Datum, prompt_length: int, num_sampled: int, sequence_id: str) -> types.Datum:
-    """The datum's provenance as the cookbook's rl_loop writes it: the prompt, then the sampled tokens."""
-    return datum.with_provenance(
-        model_input=[types.PromptProvenanceSpan(sequence_id=sequence_id, length=prompt_length),
-                     types.SampledProvenanceSpan(sequence_id=sequence_id, length=num_sampled - 1)],
-        loss_fn_inputs=[types.PromptProvenanceSpan(sequence_id=sequence_id, offset=1, length=prompt_length - 1),
-                        types.SampledProvenanceSpan(sequence_id=sequence_id, length=num_sampled)])
 
 
 def rl_datums(response: types.SampleResponse, advantages: list[float],

@@ -9,20 +9,12 @@ import tinker
 from tinker import types
 
 from recipes_lib.server.serve import ThreadedServer
+from tests.provenance import with_sampled_provenance
 from tests.server.conftest import API_KEY
 
 MODEL = "recipes/tiny-llama"
 PROMPT = [1, 17, 40, 99, 5]
 PARAMS = types.SamplingParams(max_tokens=5, temperature=1.0, seed=11)
-
-
-def with_sampled_provenance(datum: types.Datum, prompt_length: int, num_sampled: int, sequence_id: str) -> types.Datum:
-    """As the cookbook's rl_loop names the sampled sequence behind every position."""
-    return datum.with_provenance(
-        model_input=[types.PromptProvenanceSpan(sequence_id=sequence_id, length=prompt_length),
-                     types.SampledProvenanceSpan(sequence_id=sequence_id, length=num_sampled - 1)],
-        loss_fn_inputs=[types.PromptProvenanceSpan(sequence_id=sequence_id, offset=1, length=prompt_length - 1),
-                        types.SampledProvenanceSpan(sequence_id=sequence_id, length=num_sampled)])
 
 
 def datums_of(response: types.SampleResponse) -> tuple[list[types.Datum], list[float]]:
