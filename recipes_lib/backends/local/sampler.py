@@ -411,7 +411,7 @@ def _choose(active: list[_Row], logits_R_V: torch.Tensor, tokenizer: object) -> 
 
     Sampling is by inverse CDF: one uniform draw per row from the row's own generator (so a seed
     reproduces a row whatever else shares the batch), then one vectorised search over the
-    cumulative probabilities of all rows.
+    cumulative probabilities (summed in float64) of all rows.
     """
     temps = torch.tensor([r.temperature if r.temperature > 0 else 1.0 for r in active], device=logits_R_V.device)
     logprobs_R_V = torch.log_softmax(logits_R_V / temps[:, None], dim=-1)
@@ -420,9 +420,12 @@ def _choose(active: list[_Row], logits_R_V: torch.Tensor, tokenizer: object) -> 
     for i, row in enumerate(active):
         if row.temperature > 0 and (0 < row.top_k < probs_R_V.shape[1] or row.top_p < 1.0):
             probs_R_V[i] = _truncate(probs_R_V[i], row.top_k, row.top_p)
-    cdf_R_V = probs_R_V.cumsum(dim=-1)
+    # In float64: an fp32 running sum over a large vocabulary rounds chaotically, so logits that differ in
+    # their last bits (the same row batched with other rows) moved a boundary under ~1 draw in 1,300
+    # (near-uniform SmolLM2-vocabulary rows); summed in float64 none moved in 4,000.
+    cdf_R_V = probs_R_V.double().cumsum(dim=-1)
     uniforms_R = torch.stack([torch.rand((), generator=r.generator, device=logits_R_V.device) for r in active])
-    sampled_R = torch.searchsorted(cdf_R_V, (uniforms_R * cdf_R_V[:, -1])[:, None]).squeeze(-1)
+    sampled_R = torch.searchsorted(cdf_R_V, (uniforms_R.double() * cdf_R_V[:, -1])[:, None]).squeeze(-1)
     sampled_R = sampled_R.clamp(max=logits_R_V.shape[1] - 1)
     greedy_R = logits_R_V.argmax(dim=-1)
     chosen_R = torch.where(temps.new_tensor([r.temperature > 0 for r in active]).bool(), sampled_R, greedy_R)
