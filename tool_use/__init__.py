@@ -6,6 +6,7 @@
     agent_tool_message_env.py  AgentToolMessageEnv (a MessageEnv) and build_agent_tool_env
     calculator.py              calculator: exact arithmetic, parsed with `ast`, never `eval`
     search.py                  SearchIndex (SQLite FTS5 over .txt/.md files) and SearchTool, its `search` tool
+    python_runner.py           PythonRunner(limits).run_python: Python in a namespace sandbox (no network, no host files)
 
     @tool
     async def search(query: Annotated[str, "what to look for"]) -> ToolResult:
@@ -18,6 +19,7 @@
 
 from tool_use.agent_tool_message_env import AgentToolMessageEnv, RewardFn, build_agent_tool_env
 from tool_use.calculator import calculator
+from tool_use.python_runner import PythonRunner, SandboxLimits, run_sandboxed
 from tool_use.search import SearchIndex, SearchTool
 from tool_use.tools import FunctionTool, error_tool_result, handle_tool_call, simple_tool_result, tool
 from tool_use.types import (
@@ -33,6 +35,8 @@ from tool_use.types import (
 __all__ = [
     "AgentToolMessageEnv",
     "FunctionTool",
+    "PythonRunner",
+    "SandboxLimits",
     "RewardFn",
     "SearchIndex",
     "SearchTool",
@@ -46,6 +50,7 @@ __all__ = [
     "build_agent_tool_env",
     "calculator",
     "error_tool_result",
+    "run_sandboxed",
     "handle_tool_call",
     "simple_tool_result",
     "tool",

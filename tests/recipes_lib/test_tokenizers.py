@@ -32,6 +32,20 @@ def test_llama3_documented_ids() -> None:
     assert get_tokenizer("meta-llama/Llama-3.1-8B").eos_token == "<|end_of_text|>"
 
 
+def test_llama3_1_names_its_special_tokens_as_the_hub_does() -> None:
+    """Llama-3.1 named three of 3.0's reserved ids (the shipped file is 3.0's) and numbered the rest again."""
+    names = ["<|finetune_right_pad_id|>", "<|eom_id|>", "<|python_tag|>", "<|reserved_special_token_2|>",
+             "<|reserved_special_token_3|>", "<|reserved_special_token_247|>"]
+    for model in ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.3-70B-Instruct"):
+        tokenizer = get_tokenizer(model)
+        assert [tokenizer.encode(name, add_special_tokens=False) for name in names] == [
+            [128004], [128008], [128010], [128005], [128011], [128255]], model
+        assert len(tokenizer) == 128_256
+    llama3 = get_tokenizer("meta-llama/Meta-Llama-3-8B-Instruct")
+    assert llama3.decode([128004, 128008, 128010]) == (
+        "<|reserved_special_token_2|><|reserved_special_token_4|><|reserved_special_token_5|>")
+
+
 def test_smollm2_and_tiny_models_share_a_tokenizer() -> None:
     smollm2 = get_tokenizer("HuggingFaceTB/SmolLM2-135M-Instruct")
     tiny = get_tokenizer("recipes/tiny-qwen3")

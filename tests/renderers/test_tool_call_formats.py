@@ -1,6 +1,6 @@
-"""Tool calls in the families beyond Qwen3: Llama-3's JSON calls (`llama3`, `llama3_1`), the Hermes
-format we chose for ChatML (`chatml`, `smollm2`), and `hf_chat_template`'s declaration and named
-call formats.
+"""Tool calls in the families beyond Qwen3: Llama-3's JSON calls (`llama3`, `llama3_1`) and Llama-3.1's
+built-in calls after `<|python_tag|>` (`llama3_1`), the Hermes format we chose for ChatML (`chatml`,
+`smollm2`), and `hf_chat_template`'s declaration and named call formats.
 
 Each family renders a call that `parse_response` reads back (the "sample" is the trained tokens of
 the call's turn), and a malformed call parses to ok=False with the raw text kept, never an
@@ -49,6 +49,17 @@ LLAMA3_MALFORMED = [
     '{"name": "get_weather", "parameters": {"city": "Nice"}',  # unterminated
     '{"name": "get_weather", "parameters": {}} {"name": "get_weather", "parameters": {}}',  # two calls
 ]
+PYTHON_TAG_MALFORMED = [
+    '<|python_tag|>brave_search.call(query="Nice"',  # unterminated
+    "<|python_tag|>brave_search.call(query=Nice)",  # unquoted
+    '<|python_tag|>brave_search.call("Nice")',  # positional
+    '<|python_tag|>brave_search.call(query="a", query="b")',  # a keyword twice
+    '<|python_tag|>brave_search.call(query="Nice") and then',  # text after the call
+    '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Nice"}',  # an unterminated JSON call
+    "<|python_tag|>  \n",  # no code
+    '<|python_tag|>print(1)<|python_tag|>print(2)',  # two tags
+    'Let me look.<|python_tag|>brave_search.call(query="Nice")',  # text before the tag
+]
 
 
 def _hf(tokenizer: Any, template: str, tool_call_format: str) -> HFChatTemplateRenderer:
@@ -57,7 +68,7 @@ def _hf(tokenizer: Any, template: str, tool_call_format: str) -> HFChatTemplateR
 
 FAMILIES = {  # name -> (tokenizer fixture, build, malformed replies)
     "llama3": ("llama3_tokenizer", lambda tok: get_renderer("llama3", tok), LLAMA3_MALFORMED),
-    "llama3_1": ("llama3_tokenizer", lambda tok: get_renderer("llama3_1", tok), LLAMA3_MALFORMED),
+    "llama3_1": ("llama3_tokenizer", lambda tok: get_renderer("llama3_1", tok), LLAMA3_MALFORMED + PYTHON_TAG_MALFORMED),
     "chatml": ("smollm2_tokenizer", lambda tok: get_renderer("chatml", tok), HERMES_MALFORMED),
     "smollm2": ("smollm2_tokenizer", lambda tok: get_renderer("smollm2", tok), HERMES_MALFORMED),
     "hf_chat_template/hermes": ("qwen3_tokenizer", lambda tok: _hf(tok, "qwen2.5.jinja", "hermes"), HERMES_MALFORMED),
@@ -112,21 +123,26 @@ def test_hermes_families_parse_content_and_several_calls(name: str, request: pyt
     assert renderer.parse_response(_sampled(renderer, TWO_CALLS)) == (TWO_CALLS, True)
 
 
+def _stop_tokens(renderer: Renderer) -> list[int]:
+    stops = renderer.get_stop_sequences()
+    assert all(isinstance(stop, int) for stop in stops)
+    return [int(stop) for stop in stops]
+
+
 def test_a_malformed_call_is_not_ok_and_keeps_the_raw_text(family: tuple[str, Renderer]) -> None:
+    """After each stop token (`llama3_1` has two)."""
     name, renderer = family
-    [stop] = renderer.get_stop_sequences()
-    assert isinstance(stop, int)
-    for text in FAMILIES[name][2]:
-        message, ok = renderer.parse_response(renderer.encode(text) + [stop])
-        assert not ok, text
-        assert message == {"role": "assistant", "content": text}, text
+    for stop in _stop_tokens(renderer):
+        for text in FAMILIES[name][2]:
+            message, ok = renderer.parse_response(renderer.encode(text) + [stop])
+            assert not ok, text
+            assert message == {"role": "assistant", "content": text}, text
 
 
 def test_text_without_a_call_is_content(family: tuple[str, Renderer]) -> None:
     """Including a JSON answer that does not open like a Llama-3 call."""
     _, renderer = family
-    [stop] = renderer.get_stop_sequences()
-    assert isinstance(stop, int)
+    stop = _stop_tokens(renderer)[0]
     for text in ["It is sunny.", '{"answer": 4, "name": "x"}']:
         assert renderer.parse_response(renderer.encode(text) + [stop]) == (
             {"role": "assistant", "content": text},
@@ -206,6 +222,109 @@ def test_llama3_1_keeps_its_date_when_pickled(llama3_tokenizer: Any) -> None:
     assert "Today Date: 26 Jul 2024\n" in renderer.decode(renderer.build_generation_prompt([QUESTION]).to_ints())
     dated = pickle.loads(pickle.dumps(Llama31Renderer(llama3_tokenizer, date_string="01 Jan 2025")))
     assert "Today Date: 01 Jan 2025\n" in dated.decode(dated.build_generation_prompt([QUESTION]).to_ints())
+
+
+# --- Llama-3.1 built-in tools: <|python_tag|> ... <|eom_id|> ---------------------------------------
+
+BUILTINS = ("brave_search", "wolfram_alpha")
+SEARCH_CALL: Message = {"role": "assistant", "content": "",
+                        "tool_calls": [ToolCall.of("brave_search", {"query": "weather in Nice"})]}
+CODE = "import math\nprint(math.sqrt(2))"
+CODE_CALL: Message = {"role": "assistant", "content": "", "tool_calls": [ToolCall.of("ipython", {"code": CODE})]}
+
+
+def _builtin_reference(call: dict[str, Any], system_prompt: str = "") -> list[dict[str, Any]]:
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*system, dict(QUESTION), {"role": "assistant", "content": "", "tool_calls": [call]}, dict(RESULT),
+            dict(ANSWER)]
+
+
+@pytest.mark.parametrize("custom_tools", [False, True], ids=["builtin_only", "with_custom_tools"])
+def test_llama3_1_builtin_tool_calls_equal_the_template(custom_tools: bool, llama3_tokenizer: Any) -> None:
+    """The template's `builtin_tools`: the system turn names them, a call to one is written after
+    `<|python_tag|>`, and every call turn (a JSON call too) ends with `<|eom_id|>`."""
+    template = read_template("llama3.1.jinja")
+    renderer = Llama31Renderer(llama3_tokenizer, builtin_tools=BUILTINS)
+    offered = [WEATHER, {"name": "brave_search", "description": "Search the web.", "parameters": {}}]
+    prefix = renderer.create_conversation_prefix_with_tools(offered if custom_tools else offered[1:], "Be brief.")
+    tools = TOOLS if custom_tools else None
+    for message, call in [(SEARCH_CALL, {"name": "brave_search", "arguments": {"query": "weather in Nice"}}),
+                          (BARE_CALL, {"name": "get_weather", "arguments": {"city": "São Paulo"}})]:
+        messages = [*prefix, QUESTION, message, RESULT, ANSWER]
+        reference = _builtin_reference({"type": "function", "function": call}, "Be brief.")
+        expected = reference_tokens(llama3_tokenizer, template, reference, False, tools, builtin_tools=list(BUILTINS),
+                                    date_string="26 Jul 2024")
+        assert renderer.build_supervised_example(messages, TrainOnWhat.ALL_TOKENS)[0].to_ints() == expected
+        expected = reference_tokens(llama3_tokenizer, template, reference[:-1], True, tools,
+                                    builtin_tools=list(BUILTINS), date_string="26 Jul 2024")
+        assert renderer.build_generation_prompt(messages[:-1]).to_ints() == expected
+    text = renderer.decode(renderer.build_generation_prompt([*prefix, QUESTION]).to_ints())
+    assert "Environment: ipython\nTools: brave_search, wolfram_alpha\n\n" in text
+    assert ('"name": "brave_search"' in text) is False and ('"name": "get_weather"' in text) is custom_tools
+
+
+@pytest.mark.parametrize("message", [SEARCH_CALL, CODE_CALL, BARE_CALL], ids=["brave_search", "ipython", "json"])
+def test_llama3_1_builtin_calls_round_trip(message: Message, llama3_tokenizer: Any) -> None:
+    """Rendered (ending with <|eom_id|>), sampled and parsed back to the same call. The template cannot
+    write a code-interpreter call (`<|python_tag|>` + code), so that one is checked against Meta's
+    documented form instead."""
+    renderer = Llama31Renderer(llama3_tokenizer, builtin_tools=BUILTINS)
+    sampled = _sampled(renderer, message)
+    assert sampled[-1] == llama3_tokenizer.convert_tokens_to_ids("<|eom_id|>")
+    assert renderer.parse_response(sampled) == (message, True)
+    if message is CODE_CALL:
+        assert renderer.decode(sampled) == f"<|python_tag|>{CODE}<|eom_id|>"
+        plain = get_renderer("llama3_1", llama3_tokenizer)  # no built-in tools: the same code call
+        assert _sampled(plain, message) == sampled
+
+
+@pytest.mark.parametrize(("text", "name", "arguments"), [
+    ('brave_search.call(query="weather in Nice")', "brave_search", {"query": "weather in Nice"}),
+    ('wolfram_alpha.call(query="2+2", units = "metric" )', "wolfram_alpha", {"query": "2+2", "units": "metric"}),
+    ("photogen.call()", "photogen", {}),
+    ('{"name": "get_weather", "parameters": {"city": "Nice"}}', "get_weather", {"city": "Nice"}),
+    ("print(1 + 1)", "ipython", {"code": "print(1 + 1)"}),
+    ("\nx = 'call(' \nprint(x)\n", "ipython", {"code": "\nx = 'call(' \nprint(x)\n"}),
+], ids=["brave_search", "two_arguments", "no_arguments", "json", "code", "code_kept_verbatim"])
+def test_llama3_1_parses_a_python_tag_reply_into_one_call(
+    text: str, name: str, arguments: dict[str, str], llama3_tokenizer: Any
+) -> None:
+    """After either stop token: a reply that opens with `<|python_tag|>` is a call."""
+    renderer = get_renderer("llama3_1", llama3_tokenizer)
+    for stop in ("<|eom_id|>", "<|eot_id|>"):
+        message, ok = renderer.parse_response(renderer.encode(f"<|python_tag|>{text}{stop}"))
+        assert ok and message["content"] == ""
+        [call] = message["tool_calls"]
+        assert call.function.name == name and json.loads(call.function.arguments) == arguments
+
+
+def test_llama3_1_stops_at_the_end_of_a_message_too(llama3_tokenizer: Any) -> None:
+    """`<|eom_id|>` (128008) ends a built-in call; `llama3`, for Llama-3.0 too, has only `<|eot_id|>`."""
+    assert get_renderer("llama3_1", llama3_tokenizer).get_stop_sequences() == [128009, 128008]
+    assert get_renderer("llama3", llama3_tokenizer).get_stop_sequences() == [128009]
+    renderer = get_renderer("llama3_1", llama3_tokenizer)
+    cut = renderer.encode('<|python_tag|>brave_search.call(query="Nice")')  # no stop token: truncated
+    assert renderer.parse_response(cut) == (
+        {"role": "assistant", "content": '<|python_tag|>brave_search.call(query="Nice")'}, False)
+
+
+def test_llama3_1_refuses_builtin_calls_it_cannot_write(llama3_tokenizer: Any) -> None:
+    renderer = Llama31Renderer(llama3_tokenizer, builtin_tools=BUILTINS)
+    quoted = {**SEARCH_CALL, "tool_calls": [ToolCall.of("brave_search", {"query": 'say "hi"'})]}
+    with pytest.raises(RendererError, match='Message 1 calls the built-in tool .brave_search.* without a \'"\''):
+        renderer.build_generation_prompt([QUESTION, quoted])
+    numeric = {**SEARCH_CALL, "tool_calls": [ToolCall.of("wolfram_alpha", {"query": 4})]}
+    with pytest.raises(RendererError, match="every value must be text"):
+        renderer.build_generation_prompt([QUESTION, numeric])
+    no_code = {**CODE_CALL, "tool_calls": [ToolCall.of("ipython", {"source": "print(1)"})]}
+    with pytest.raises(RendererError, match="Message 1 calls 'ipython', the code interpreter"):
+        renderer.build_generation_prompt([QUESTION, no_code])
+
+
+def test_llama3_1_keeps_its_builtin_tools_when_pickled(llama3_tokenizer: Any) -> None:
+    renderer = pickle.loads(pickle.dumps(Llama31Renderer(llama3_tokenizer, builtin_tools=BUILTINS)))
+    assert renderer.builtin_tools == BUILTINS
+    assert "Tools: brave_search, wolfram_alpha\n" in renderer.decode(renderer.build_generation_prompt([QUESTION]).to_ints())
 
 
 # --- hf_chat_template ------------------------------------------------------------------------------
