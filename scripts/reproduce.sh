@@ -10,11 +10,12 @@
 #   recipes.rl_basic             test/env/all/correct     ~20 % -> ~80 %, ~8 min
 #   recipes.dpo_basic            test/accuracy            -> >0.9
 #   recipes.prompt_distillation  test/teacher_agreement   (create_data + train)
+#   recipes.tool_calculator      its accuracies.json      four held-out accuracies (+ two sampled)
 #
 # The table records how long each took. Every run starts fresh (behavior_if_log_dir_exists=delete).
 # Extra key=value overrides per recipe, for a quick check of the script itself (not the figures):
 #   SL_ARGS="max_steps=2 eval_every=1" RL_ARGS="max_steps=2 eval_every=1" DPO_ARGS="max_steps=2" \
-#   PD_ARGS="max_steps=2" TABLE=/tmp/figures.md scripts/reproduce.sh /tmp/repro
+#   PD_ARGS="max_steps=2" TC_ARGS="max_steps=2 test_size=4" TABLE=/tmp/figures.md scripts/reproduce.sh /tmp/repro
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -51,8 +52,24 @@ pd_start=$(date +%s.%N)
     log_path="$OUT/prompt_distillation" behavior_if_log_dir_exists=delete ${PD_ARGS:-}
 minutes+=("$(awk -v s="$pd_start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.2f", (e - s) / 60 }')")
 
+tc_start=$(date +%s.%N)
+# shellcheck disable=SC2086
+"$PYTHON" -m recipes.tool_calculator.train log_path="$OUT/tool_calculator" behavior_if_log_dir_exists=delete ${TC_ARGS:-}
+tc_minutes=$(awk -v s="$tc_start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.2f", (e - s) / 60 }')
+
 IFS=,
 "$PYTHON" -m recipes_lib.figures out="$TABLE" \
     runs="$OUT/sl_basic,$OUT/rl_basic,$OUT/dpo_basic,$OUT/prompt_distillation" \
     metrics="test/exact_match,test/env/all/correct,test/accuracy,test/teacher_agreement" \
     minutes="${minutes[*]}"
+"$PYTHON" - "$OUT/tool_calculator/accuracies.json" "$tc_minutes" "$TABLE" <<'PY'
+import json, sys
+report, minutes, table = json.load(open(sys.argv[1])), float(sys.argv[2]), sys.argv[3]
+greedy, sampled = report["accuracy"], report["sampled_accuracy"]
+with open(table, "a") as out:
+    out.write(f"\ntool_calculator ({report['held_out_problems']} held-out problems, {minutes:.1f} min), greedy: "
+              f"no tools {greedy['without_tools']:.3g}, calculator offered {greedy['with_tools']:.3g}, "
+              f"after the warm-up {greedy['after_warmup']:.3g}, after RL {greedy['after_rl']:.3g}; "
+              f"sampled at T=1: after the warm-up {sampled['after_warmup']:.3g}, after RL {sampled['after_rl']:.3g}.\n")
+print(open(table).read().splitlines()[-1])
+PY
