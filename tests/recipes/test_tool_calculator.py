@@ -3,7 +3,9 @@ and an episode through the real calculator. The whole pipeline runs in
 tests/server/test_tool_calculator_through_server.py."""
 
 import asyncio
+from pathlib import Path
 
+import chz
 import pytest
 
 from recipes.tool_calculator.task import (
@@ -16,7 +18,10 @@ from recipes.tool_calculator.task import (
     make_problems,
     worked_transcript,
 )
+from recipes_lib.argv import config_from_argv
+from recipes_lib.logging import read_metrics
 from renderers import Message
+from rl import train as rl_train
 from rl.dataset import renderer_for
 from supervised.types import ChatDatasetBuilderCommonConfig
 
@@ -83,3 +88,24 @@ def _action(renderer, message: Message) -> list[int]:  # type: ignore[no-untyped
     prompt = renderer.build_generation_prompt([Message(role="user", content="x")]).to_ints()
     full, _ = renderer.build_supervised_example([Message(role="user", content="x"), message])
     return full.to_ints()[len(prompt):]
+
+
+@pytest.mark.parametrize("loop", [
+    [],
+    ["async_config.max_steps_off_policy=1", "async_config.groups_per_batch=2"],
+    ["stream_minibatch_config.groups_per_batch=2", "stream_minibatch_config.num_minibatches=2"],
+], ids=["sync", "async", "stream"])
+def test_the_tool_env_trains_in_every_rl_loop(loop: list[str], tmp_path: Path) -> None:
+    """The calculator env under `rl.train`'s three loops (a random tiny model: its replies rarely
+    parse, and those are scored 0 and trained on like any other)."""
+    config = config_from_argv(chz.Blueprint(rl_train.Config), [
+        f"model_name={TINY}", "backend.precision=float32", "learning_rate=1e-3", "max_tokens=8", "lora_rank=4",
+        "eval_every=0",
+        "save_every=0", "dataset_builder=recipes.tool_calculator.task:CalculatorDatasetBuilder",
+        f"dataset_builder.model_name_for_tokenizer={TINY}", "dataset_builder.batch_size=2",
+        "dataset_builder.group_size=2", "dataset_builder.n_batches=2", "dataset_builder.test_size=2",
+        f"log_path={tmp_path}", *loop])
+    rl_train.main(config)
+    rows = read_metrics(tmp_path)
+    assert [row["step"] for row in rows] == [0, 1]
+    assert all(row["env/all/total_episodes"] == 4 and "env/all/parse_error" in row for row in rows)
