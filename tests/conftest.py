@@ -7,6 +7,7 @@ is converted at most once.
 
 import os
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +31,11 @@ def pytest_configure(config: pytest.Config) -> None:
             link.symlink_to(_REAL_HOME / shared, target_is_directory=True)
     os.environ["RECIPES_HOME"] = str(session_home)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # A suite started in the background of a non-interactive shell (`make test &`, `nohup ... &`)
+    # inherits SIGINT ignored, and so would every recipe and server the Ctrl-C tests start: they would
+    # wait out their timeouts on a child that ignores the SIGINT sent to it. Tests run with Ctrl-C on.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
