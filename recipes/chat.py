@@ -53,9 +53,8 @@ from tool_use import (
     ToolLimits,
     ToolResult,
     calculator,
-    handle_tool_call,
 )
-from tool_use.tools import tools_by_name
+from tool_use.tools import run_tool_calls, tools_by_name
 
 TOOL_NAMES = ("calculator", "search", "python")
 # Characters of a tool result shown in the terminal; the model reads it all (up to tool_limits).
@@ -181,11 +180,11 @@ class Chat:
 
     async def _run(self, calls: list[ToolCall]) -> list[ToolResult]:
         """Every call at once, as the tool env runs them; shown, and their results added to the history."""
-        results = await asyncio.gather(*(handle_tool_call(self.tools, call, self.tool_limits) for call in calls))
+        results = await run_tool_calls(self.tools, calls, self.tool_limits)
         for call, result in zip(calls, results, strict=True):
             self.show(describe_call(call, result))
             self.history.extend(result.messages)
-        return list(results)
+        return results
 
 
 def describe_call(call: ToolCall, result: ToolResult) -> str:

@@ -32,11 +32,10 @@ from preference.reward_model import (
     PreferenceChatDatasetBuilder,
     PreferenceModelBuilder,
 )
-from recipes_lib.checkpoints import load_checkpoints
 from recipes_lib.cli import LogdirBehavior, run_recipe
 from recipes_lib.config import BackendConfig, backend_field
-from recipes_lib.exceptions import CheckpointError
 from recipes_lib.paths import SMOLLM2_NAME
+from recipes_lib.run_folder import final_paths
 from rl import train as rl_train
 from supervised import train as sl_train
 from supervised.types import ChatDatasetBuilderCommonConfig, SupervisedDatasetBuilder
@@ -83,14 +82,6 @@ def build_config() -> chz.Blueprint[Config]:
         "comparison_builder.num_test": 64,
         "comparison_builder.max_operand": 30,
     })
-
-
-def final_paths(log_path: str) -> tuple[str, str]:
-    """(state_path, sampler_path) of a finished stage's final checkpoint."""
-    finals = [r for r in load_checkpoints(log_path) if r.final and r.state_path and r.sampler_path]
-    if not finals:
-        raise CheckpointError(f"{log_path} has no final checkpoint; run that stage to the end first.")
-    return str(finals[-1].state_path), str(finals[-1].sampler_path)
 
 
 def supervised_stage(config: Config, name: str, dataset: SupervisedDatasetBuilder, learning_rate: float,

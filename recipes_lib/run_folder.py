@@ -65,3 +65,11 @@ def read_run_settings(log_path: str | Path) -> RunSettings:
 
 def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def final_paths(log_path: str | Path) -> tuple[str, str]:
+    """(state_path, sampler_path) of a finished stage's final checkpoint."""
+    finals = [r for r in load_checkpoints(log_path) if r.final and r.state_path and r.sampler_path]
+    if not finals:
+        raise CheckpointError(f"{log_path} has no final checkpoint; run that stage to the end first.")
+    return str(finals[-1].state_path), str(finals[-1].sampler_path)

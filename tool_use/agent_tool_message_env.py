@@ -21,7 +21,6 @@ Tool messages reach the policy only in the next prompt, so in the datums `rl.dat
 observation tokens: weight 0, advantage 0, never trained on.
 """
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -29,7 +28,7 @@ from recipes_lib.exceptions import ConfigurationError
 from renderers import Message, Renderer, ToolCall
 from rl.message_env import EnvFromMessageEnv, MessageEnv, MessageStepResult
 from rl.types import Metrics
-from tool_use.tools import handle_tool_call, tools_by_name
+from tool_use.tools import run_tool_calls, tools_by_name
 from tool_use.types import Tool, ToolErrorKind, ToolLimits, ToolResult
 
 RewardResult = tuple[float, dict[str, float]]
@@ -84,7 +83,7 @@ class AgentToolMessageEnv(MessageEnv):
 
     async def _run(self, calls: list[ToolCall]) -> list[ToolResult]:
         """Every call at once; the results in the order of the calls."""
-        return list(await asyncio.gather(*(handle_tool_call(self._offered, call, self.limits) for call in calls)))
+        return await run_tool_calls(self._offered, calls, self.limits)
 
 
 def call_metrics(calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> Metrics:

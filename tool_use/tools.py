@@ -195,6 +195,13 @@ async def handle_tool_call(
     return _capped(result, limits.max_output_chars)
 
 
+async def run_tool_calls(
+    tools: Mapping[str, Tool] | Sequence[Tool], calls: Sequence[ToolCall], limits: ToolLimits | None = None
+) -> list[ToolResult]:
+    """One assistant turn's calls, all at once, each under `limits`; the results in the order of the calls."""
+    return list(await asyncio.gather(*(handle_tool_call(tools, call, limits) for call in calls)))
+
+
 async def _run_limited(target: Tool, input: ToolInput, timeout_s: float) -> ToolResult:
     """`target.run(input)` within `timeout_s` seconds (0: no limit), its messages addressed to the call."""
     limit = asyncio.timeout(timeout_s or None)

@@ -31,13 +31,13 @@ import chz
 import numpy as np
 
 from eval.model_source import open_model_source
-from recipes.rlhf_pipeline import final_paths
 from recipes.tool_calculator.task import CalculatorDatasetBuilder, WorkedTranscriptsBuilder
 from recipes_lib.cli import LogdirBehavior, run_recipe
 from recipes_lib.completers import TinkerTokenCompleter, derive_seed
 from recipes_lib.config import BackendConfig, backend_field
-from recipes_lib.jsonl import read_jsonl
+from recipes_lib.logging import read_metrics
 from recipes_lib.paths import SMOLLM2_NAME
+from recipes_lib.run_folder import final_paths
 from rl import train as rl_train
 from rl.evaluators import RLTestSetEvaluator
 from rl.rollouts import rollout_group
@@ -162,7 +162,7 @@ def _write_json(path: Path, value: object) -> None:
 
 def rl_accuracies(log_path: str) -> tuple[float, float]:
     """The RL stage's held-out accuracy before its first step (the warm-up's) and after its last."""
-    evaluations = [row for _, row in read_jsonl(Path(log_path) / "metrics.jsonl") if ACCURACY in row]
+    evaluations = [row for row in read_metrics(log_path) if ACCURACY in row]
     return evaluations[0][ACCURACY], evaluations[-1][ACCURACY]
 
 
