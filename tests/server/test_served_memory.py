@@ -1,15 +1,20 @@
 """The served engine under tinker-cookbook's RL pattern: memory flat over a run, answers while busy,
 a request over the memory budget refused with a message while the server goes on serving.
 
-The server runs in this process (the session's `server` fixture), so its resident memory is this
-process's; the engine trims freed heap memory after each request, so what stays is what is held.
+The flat-memory test runs its server in a subprocess of its own, so the resident memory it reads is
+the server's alone; the engine trims freed heap memory after each request, so what stays is what is held.
 """
 
 import asyncio
 import ctypes
 import gc
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -31,6 +36,7 @@ GROUPS, GROUP_SIZE, PROMPT_TOKENS, MAX_TOKENS = 4, 4, 48, 8
 # step trains 16 x 56 tokens, and half its groups have equal rewards (advantages 0). Before the fix
 # those groups' micro-batches kept their graphs: ~3.5 MB a step, 50 MB over the last 14 steps. A
 # snapshot's LoRA (rank 8, head included) is ~1.6 MB; the session keeps up to 16, all made by step 16.
+# Between the first five readings and the last five lie ten steps: such a leak would add ~35 MB.
 GROWTH_BOUND_BYTES = 24 * 2**20
 
 
@@ -66,27 +72,42 @@ def _datums(prompts: list[list[int]], responses: list[types.SampleResponse]) -> 
     return data
 
 
-def test_thirty_cookbook_shaped_rl_steps_leave_memory_flat(server: ThreadedServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def _thirty_steps() -> dict[str, object]:
     """Each step: a new sampling client from the current weights, 16 rollouts sampled one request
     each, all in flight at once, then training on them, as tinker-cookbook's RL loop does. The
-    activation budget is cut to micro-batches of two rollouts, as SmolLM2's are."""
-    monkeypatch.setitem(trainer_module.ACTIVATION_BUDGET_BYTES, "cpu", 2**20)
-    service = tinker.ServiceClient(base_url=server.url, api_key=API_KEY)
-    trainer = service.create_lora_training_client(base_model=MODEL, rank=RANK, seed=0).result()
-    generator = torch.Generator().manual_seed(0)
-    warm = MAX_SAMPLERS_PER_SESSION  # every sampler the session keeps has been made after this many steps
-    resident = {}
-    for step in range(1, 31):
-        prompts = [torch.randint(3, 4000, (PROMPT_TOKENS,), generator=generator).tolist() for _ in range(GROUPS)]
-        sampler = trainer.save_weights_and_get_sampling_client().result()
-        responses = asyncio.run(_rollouts(sampler, prompts))
-        trainer.forward_backward(_datums(prompts, responses), "importance_sampling").result()
-        trainer.optim_step(types.AdamParams(learning_rate=1e-3)).result()
-        if step >= warm and step % 5 in (0, warm % 5):
-            resident[step] = _trimmed_resident()
-    growth = max(resident.values()) - resident[warm]
+    activation budget is cut to micro-batches of two rollouts, as SmolLM2's are. Resident memory is
+    read after every step once every sampler the session keeps has been made."""
+    trainer_module.ACTIVATION_BUDGET_BYTES["cpu"] = 2**20
+    config = ServerConfig(port=free_port(), api_key=API_KEY, precision="float32", device="cpu")
+    with ThreadedServer(config) as server:
+        service = tinker.ServiceClient(base_url=server.url, api_key=API_KEY)
+        trainer = service.create_lora_training_client(base_model=MODEL, rank=RANK, seed=0).result()
+        generator = torch.Generator().manual_seed(0)
+        resident = {}
+        for step in range(1, 31):
+            prompts = [torch.randint(3, 4000, (PROMPT_TOKENS,), generator=generator).tolist() for _ in range(GROUPS)]
+            sampler = trainer.save_weights_and_get_sampling_client().result()
+            responses = asyncio.run(_rollouts(sampler, prompts))
+            trainer.forward_backward(_datums(prompts, responses), "importance_sampling").result()
+            trainer.optim_step(types.AdamParams(learning_rate=1e-3)).result()
+            if step >= MAX_SAMPLERS_PER_SESSION:
+                resident[step] = _trimmed_resident()
+        return {"resident": resident, "graph_tensors": _graph_tensors()}
+
+
+def test_thirty_cookbook_shaped_rl_steps_leave_memory_flat(tmp_path: Path) -> None:
+    """Run in a process of its own: the test worker's resident memory carries every earlier test's
+    heap, whose fragmentation moves it by tens of megabytes either way. A leak raises the floor,
+    so the lowest reading of the last five steps is held against the lowest of the first five."""
+    result_path = tmp_path / "memory.json"
+    subprocess.run([sys.executable, "-m", "tests.server.test_served_memory", str(result_path)],
+                   check=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = json.loads(result_path.read_text())
+    resident = {int(step): r for step, r in result["resident"].items()}
+    steps = sorted(resident)
+    growth = min(resident[s] for s in steps[-5:]) - min(resident[s] for s in steps[:5])
     assert growth < GROWTH_BOUND_BYTES, {step: f"{r / 2**20:.0f} MB" for step, r in resident.items()}
-    assert _graph_tensors() == 0
+    assert result["graph_tensors"] == 0
 
 
 def _poll_latencies(url: str, session_id: str, stop: threading.Event) -> list[float]:
@@ -159,3 +180,8 @@ def test_a_request_over_the_memory_budget_is_refused_and_the_server_keeps_servin
             assert len(sampler.sample(prompt, 2, params).result().sequences) == 2
     finally:
         engine.budget = MemoryBudget()  # the engine is this test process's, shared with other tests
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    Path(sys.argv[1]).write_text(json.dumps(_thirty_steps()))
