@@ -46,7 +46,7 @@ from distillation.data import (
     teacher_targets_T,
 )
 from distillation.datasets import PromptDataset, PromptDatasetBuilder
-from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators, run_evaluators_timed
+from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators, run_evaluators_timed, take_samples
 from eval.model_source import backend_for, open_model_source
 from recipes_lib.backends import sampling_client_now
 from recipes_lib.backends.protocols import SamplingClient, ServiceClient, TrainingClient
@@ -55,7 +55,7 @@ from recipes_lib.cli import LogdirBehavior, eval_due, open_run, save_due, start_
 from recipes_lib.config import BackendConfig, backend_field, check_positive
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.hyperparams import adam_params
-from recipes_lib.logging import MultiplexLogger
+from recipes_lib.logging import MultiplexLogger, log_samples
 from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.run_folder import last_sampler_path
 from recipes_lib.schedules import LRSchedule, lr_multiplier
@@ -215,6 +215,7 @@ async def _loop(run: _Run) -> None:
     sampler = await sampling_client_now(run.training_client)
     if config.evaluate_teacher and run.start_step == 0 and run.evaluators:
         teacher_metrics = await run_evaluators(run.evaluators, run.training_client, lambda: run.teacher)
+        log_samples(config.log_path, 0, take_samples(run.evaluators, prefix=TEACHER_PREFIX))
         run.logger.log_metrics({TEACHER_PREFIX + key: value for key, value in teacher_metrics.items()}, 0)
     for step in range(run.start_step, run.total_steps):
         started = time.monotonic()
@@ -222,7 +223,7 @@ async def _loop(run: _Run) -> None:
         metrics: dict[str, float] = {"progress/batch": float(step), "progress/done_frac": (step + 1) / run.total_steps,
                                      "optim/lr": learning_rate}
         if eval_due(config.eval_every, step, run.total_steps) and run.evaluators:
-            metrics.update(await _evaluate(run, sampler))
+            metrics.update(await _evaluate(run, sampler, step))
         metrics.update(await _train_step(run, sampler, run.dataset.get_batch(step), learning_rate))
         sampler = await sampling_client_now(run.training_client)
         if save_due(config.save_every, step + 1, run.total_steps):
@@ -230,12 +231,15 @@ async def _loop(run: _Run) -> None:
         metrics["time/total"] = time.monotonic() - started
         run.logger.log_metrics(metrics, step)
     if config.eval_every > 0 and run.evaluators:
-        run.logger.log_metrics(await _evaluate(run, sampler), run.total_steps)
+        run.logger.log_metrics(await _evaluate(run, sampler, run.total_steps), run.total_steps)
     await _save(run, run.total_steps, final=True)
 
 
-async def _evaluate(run: _Run, sampler: SamplingClient) -> dict[str, float]:
-    return await run_evaluators_timed(run.evaluators, run.training_client, sampler)
+async def _evaluate(run: _Run, sampler: SamplingClient, step: int) -> dict[str, float]:
+    """The evaluators' metrics, logged at `step`; their samples are written under it now."""
+    metrics = await run_evaluators_timed(run.evaluators, run.training_client, sampler)
+    log_samples(run.config.log_path, step, take_samples(run.evaluators))
+    return metrics
 
 
 async def _save(run: _Run, next_step: int, final: bool = False) -> dict[str, float]:

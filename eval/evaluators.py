@@ -4,12 +4,15 @@ An evaluator is built once by its builder and called at each due step; it return
 keys carry its own prefix (`test/nll`, `test/exact_match`, ...), logged as they are.
 
 - `TrainingClientEvaluator` reads the training client (e.g. NLL on a held-out set via `forward`);
-- `SamplingClientEvaluator` samples from a snapshot of the current weights (e.g. accuracy).
+- `SamplingClientEvaluator` samples from a snapshot of the current weights (e.g. accuracy); one
+  that keeps what the model wrote hands it over with `take_samples`, and the loops append it to
+  the run's `samples.jsonl` (shown in `report.html`).
 """
 
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from recipes_lib.backends.protocols import SamplingClient, TrainingClient
 
@@ -26,6 +29,11 @@ class SamplingClientEvaluator(ABC):
 
     @abstractmethod
     async def __call__(self, sampling_client: SamplingClient) -> dict[str, float]: ...
+
+    def take_samples(self) -> list[dict[str, Any]]:
+        """What the model wrote in the last call (`prompt`, `answer`, `reference`, `correct`, `evaluator`),
+        handed over once; [] for an evaluator that keeps none."""
+        return []
 
 
 Evaluator = TrainingClientEvaluator | SamplingClientEvaluator
@@ -62,3 +70,10 @@ async def run_evaluators_timed(
     started = time.monotonic()
     metrics = await run_evaluators(evaluators, training_client, lambda: sampling_client)
     return {**metrics, "time/eval": time.monotonic() - started}
+
+
+def take_samples(evaluators: Sequence[Evaluator], prefix: str = "") -> list[dict[str, Any]]:
+    """The samples every sampling evaluator kept from its last call, their evaluator names prefixed."""
+    samples = [sample for evaluator in evaluators if isinstance(evaluator, SamplingClientEvaluator)
+               for sample in evaluator.take_samples()]
+    return [{**sample, "evaluator": prefix + str(sample.get("evaluator", ""))} for sample in samples]

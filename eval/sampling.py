@@ -2,7 +2,7 @@
 
 `ExactMatchEvaluator` suits tasks with one right answer (number to words, arithmetic, a label): it
 decodes each prompt greedily and reports the fraction of answers equal to the reference,
-`<name>/exact_match`. All prompts are sent at once (`asyncio.gather`), so the local engine decodes
+`<name>/exact_match`, and keeps the first few prompts with their answers for the run report. All prompts are sent at once (`asyncio.gather`), so the local engine decodes
 them as one batch and the hosted API runs them in parallel.
 """
 
@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tinker import types
 
@@ -44,6 +45,7 @@ class ExactMatchEvaluator(SamplingClientEvaluator):
         name: str = "test",
         normalize: Callable[[str], str] = strip_whitespace,
         num_logged: int = 3,
+        num_kept: int = 8,
     ):
         self.examples = list(examples)
         self.renderer = renderer
@@ -51,6 +53,8 @@ class ExactMatchEvaluator(SamplingClientEvaluator):
         self.name = name
         self.normalize = normalize
         self.num_logged = num_logged
+        self.num_kept = num_kept  # prompts whose answers each evaluation keeps for the run report
+        self._samples: list[dict[str, Any]] = []
         if not self.examples:
             logger.warning("%s/exact_match has no examples (none were held out): it is not reported", name)
 
@@ -60,7 +64,15 @@ class ExactMatchEvaluator(SamplingClientEvaluator):
         answers = await asyncio.gather(*(self._answer(sampling_client, ex.messages) for ex in self.examples))
         correct = [self.normalize(a) == self.normalize(ex.reference) for a, ex in zip(answers, self.examples)]
         self._log_mistakes(answers, correct)
+        kept = sorted({i * len(self.examples) // self.num_kept for i in range(self.num_kept)})  # spread over the set
+        self._samples = [{"evaluator": self.name, "prompt": self.examples[i].messages[-1]["content"],
+                          "answer": answers[i], "reference": self.examples[i].reference, "correct": correct[i]}
+                         for i in kept]
         return {f"{self.name}/exact_match": sum(correct) / len(correct)}
+
+    def take_samples(self) -> list[dict[str, Any]]:
+        samples, self._samples = self._samples, []
+        return samples
 
     async def _answer(self, sampling_client: SamplingClient, messages: list[Message]) -> str:
         prompt = self.renderer.build_generation_prompt(messages)

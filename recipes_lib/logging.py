@@ -5,9 +5,11 @@
   loses nothing it wrote; on resume, lines at or after the resumed step are dropped first (they
   will be logged again), as is a line cut short by a kill.
 - `config.json`: the resolved config; fields named like secrets (`api_key`) are never written.
+- `samples.jsonl`: what the sampling evaluators' model wrote at each evaluation (prompt, answer,
+  expected answer), one line per answer, appended like the metrics and cut back the same way on resume.
 - the console: a progress bar with ETA and the pipeline's few headline metrics on a terminal, one
   line every few steps in a log (recipes_lib/progress.py).
-- `metrics.png`, redrawn at each evaluation, and at the end a summary: first -> last of the
+- `metrics.png` and `report.html`, redrawn at each evaluation, and at the end a summary: first -> last of the
   headline metrics, tokens/s, the final checkpoint and the commands to run next (recipes_lib/summary.py).
 - Weights & Biases when `wandb_project` is set (and the package is installed).
 """
@@ -31,6 +33,7 @@ from recipes_lib.jsonl import read_log_jsonl
 logger = std_logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
+SAMPLES_FILE = "samples.jsonl"
 CONFIG_FILE = "config.json"
 CONFIG_CHANGES_FILE = "config_changes.jsonl"
 SECRET_FIELDS = ("api_key", "token", "password", "secret")
@@ -81,6 +84,7 @@ class JsonlLogger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_from_step is not None:
             truncate_metrics(self.path, resume_from_step)
+            truncate_log(self.path.parent / SAMPLES_FILE, resume_from_step)
         self._file = self.path.open("a", encoding="utf-8")
 
     def log_metrics(self, metrics: Metrics, step: int) -> None:
@@ -110,16 +114,35 @@ def read_metrics(log_dir: Path | str) -> list[dict[str, Any]]:
     return read_log_jsonl(path) if path.exists() else []
 
 
+def read_samples(log_dir: Path | str) -> list[dict[str, Any]]:
+    """The lines of `samples.jsonl` (as `read_metrics` reads its file)."""
+    path = Path(log_dir) / SAMPLES_FILE
+    return read_log_jsonl(path) if path.exists() else []
+
+
+def log_samples(log_dir: Path | str, step: int, samples: Sequence[Mapping[str, Any]]) -> None:
+    """Append `samples` (an evaluation's prompts and answers) to `samples.jsonl`, each with `step`."""
+    if not samples:
+        return
+    with (Path(log_dir) / SAMPLES_FILE).open("a", encoding="utf-8") as f:
+        f.write("".join(json.dumps({"step": step, **sample}) + "\n" for sample in samples))
+
+
 def truncate_metrics(path: Path, resume_from_step: int) -> None:
     """Keep the lines with `step < resume_from_step` (rewritten atomically); a corrupt line stops it."""
+    truncate_log(path, resume_from_step)
+
+
+def truncate_log(path: Path, resume_from_step: int) -> None:
+    """Keep a log file's lines with `step < resume_from_step` (rewritten atomically); a corrupt line stops it."""
     if not path.exists():
         return
-    rows = read_metrics(path.parent)
+    rows = read_log_jsonl(path)
     for number, row in enumerate(rows, start=1):
         if not isinstance(row.get("step"), int):
             raise DataFormatError(f"{path} line {number}: has no integer 'step'; cannot resume past it.")
     kept = [row for row in rows if row["step"] < resume_from_step]
-    tmp = path.with_suffix(".jsonl.tmp")
+    tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
     os.replace(tmp, path)
 

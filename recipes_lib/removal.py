@@ -37,7 +37,8 @@ class Ownership:
 RUN_FOLDER_ENTRIES = frozenset({
     "config.json", "config.json.tmp", "config_changes.jsonl", "metrics.jsonl", "metrics.jsonl.tmp",
     "checkpoints.jsonl", "rollouts", "metrics.png", "comparison.png", "wandb", LOCK_FILE,
-    ".metrics.tmp.png", ".comparison.tmp.png",  # a drawing cut short (by a full disk, say)
+    "samples.jsonl", "samples.jsonl.tmp", "report.html",
+    ".metrics.tmp.png", ".comparison.tmp.png", ".report.html.tmp",  # a drawing cut short (by a full disk, say)
 })
 RUN_FOLDER_EVIDENCE = ("config.json", "metrics.jsonl", "checkpoints.jsonl")
 # Written last into every export folder: what was exported and the files it wrote.

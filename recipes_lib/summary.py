@@ -2,9 +2,9 @@
 are, what to run next.
 
 `setup_logging` opens `config.json`, `metrics.jsonl` (recipes_lib/logging.py), the progress view
-and W&B, and last `RunReport`. It redraws `<log_path>/metrics.png` after
-evaluations (no more often than keeps drawing under `DRAW_SHARE` of the run's time) and at the end,
-and when the run gets to its end prints:
+and W&B, and last `RunReport`. It redraws `<log_path>/metrics.png` and `<log_path>/report.html`
+(recipes_lib/report.py) after evaluations (no more often than keeps drawing under `DRAW_SHARE` of
+the run's time) and at the end, and when the run gets to its end prints:
 
     Finished runs/demo: 160 steps in 6:12, 1,234 tokens/s
       train_mean_nll      2.661 -> 0.0123  (best 0.0101 at step 150)
@@ -12,6 +12,7 @@ and when the run gets to its end prints:
       final checkpoint    local://run-.../sampler_weights/final
       metrics             runs/demo/metrics.jsonl
       curves              runs/demo/metrics.png (loss (NLL per token), held-out exact match, learning rate)
+      report              runs/demo/report.html (charts, the model's answers, config)
     Next:
       python -m recipes.chat log_path=runs/demo
       python -m recipes_lib.export model_path=local://run-.../sampler_weights/final out=runs/demo/export
@@ -53,6 +54,7 @@ from recipes_lib.progress import (
     headline_keys,
     is_eval_row,
 )
+from recipes_lib.report import REPORT_FILE, write_report
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +91,7 @@ class RunSummary:
     changes: list[MetricChange]
     checkpoint: CheckpointRecord | None
     plot_panels: list[str] | None  # titles of metrics.png's panels; None: not drawn
+    report_written: bool = False  # report.html is current
 
     @property
     def tokens_per_second(self) -> float:
@@ -128,7 +131,8 @@ def metric_changes(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> li
 
 
 def summarize(log_path: Path | str, wall_seconds: float, start_step: int, total_steps: int,
-              headline: Sequence[str] | None = None, plot_panels: list[str] | None = None) -> RunSummary:
+              headline: Sequence[str] | None = None, plot_panels: list[str] | None = None,
+              report_written: bool = False) -> RunSummary:
     """The summary of the finished run in `log_path`, whose steps start_step..total_steps-1 took
     `wall_seconds` in this process."""
     rows = read_metrics(log_path)
@@ -139,7 +143,7 @@ def summarize(log_path: Path | str, wall_seconds: float, start_step: int, total_
     checkpoints = load_checkpoints(log_path)
     finals = [record for record in checkpoints if record.final] or checkpoints
     return RunSummary(str(log_path), total_steps - start_step, wall_seconds, tokens, metric_changes(rows, shown),
-                      finals[-1] if finals else None, plot_panels)
+                      finals[-1] if finals else None, plot_panels, report_written)
 
 
 def next_commands(summary: RunSummary) -> list[str]:
@@ -170,6 +174,8 @@ def render(summary: RunSummary) -> str:
     lines.append(f"  {'metrics':<{width}}{Path(summary.log_path) / METRICS_FILE}")
     if summary.plot_panels:
         lines.append(f"  {'curves':<{width}}{Path(summary.log_path) / PLOT_FILE} ({', '.join(summary.plot_panels)})")
+    if summary.report_written:
+        lines.append(f"  {'report':<{width}}{Path(summary.log_path) / REPORT_FILE} (charts, the model's answers, config)")
     lines.append("Next:")
     lines.extend(f"  {command}" for command in next_commands(summary))
     return "\n".join(lines)
@@ -186,11 +192,22 @@ def write_plot(log_path: Path | str) -> list[str] | None:
         return None
 
 
-class RunReport:
-    """A `MetricsLogger` that keeps metrics.png current and prints the summary when the run ends.
+def write_report_page(log_path: Path | str) -> bool:
+    """Write `<log_path>/report.html`; False (with a warning) on failure."""
+    try:
+        write_report(log_path)
+        return True
+    except Exception as exc:  # noqa: BLE001  the page is a convenience: it must never stop a run
+        logger.warning("Could not write %s: %s: %s", Path(log_path) / REPORT_FILE, type(exc).__name__, exc)
+        return False
 
-    The picture is drawn at evaluations (at most `DRAW_SHARE` of the run's time goes to drawing it)
-    and at the end.
+
+class RunReport:
+    """A `MetricsLogger` that keeps metrics.png and report.html current and prints the summary when
+    the run ends.
+
+    Both are drawn at evaluations (at most `DRAW_SHARE` of the run's time goes to drawing them)
+    and at the end, a stopped run's end included.
 
     Args:
         log_path: the run folder (metrics.jsonl is read back from it).
@@ -210,6 +227,7 @@ class RunReport:
         self.summary: RunSummary | None = None
         self._started = time.monotonic()
         self._panels: list[str] | None = None
+        self._report_written = False
         self._undrawn_rows = 0
         self._drawn_at = self._started
         self._drawing_seconds = 0.0  # of the last drawing
@@ -222,6 +240,7 @@ class RunReport:
     def _draw(self) -> None:
         started = time.monotonic()
         self._panels = write_plot(self.log_path)
+        self._report_written = write_report_page(self.log_path)
         self._drawn_at = time.monotonic()
         self._drawing_seconds = self._drawn_at - started
         self._undrawn_rows = 0
@@ -238,7 +257,7 @@ class RunReport:
             return
         try:
             self.summary = summarize(self.log_path, time.monotonic() - self._started, self.start_step,
-                                     self.total_steps, self.headline, self._panels)
+                                     self.total_steps, self.headline, self._panels, self._report_written)
         except DataFormatError as exc:  # a hand-edited metrics or checkpoints file: say so, keep the run
             logger.warning("No summary of %s: %s", self.log_path, exc)
             return

@@ -35,7 +35,7 @@ import chz
 import numpy as np
 from tinker import types
 
-from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators_timed
+from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators_timed, take_samples
 from recipes_lib.backends import sampling_client_now
 from recipes_lib.backends.protocols import Future, SamplingClient, ServiceClient, TrainingClient
 from recipes_lib.checkpoints import CheckpointRecord, save_step_checkpoint
@@ -44,7 +44,7 @@ from recipes_lib.completers import TinkerTokenCompleter, TokenCompleter
 from recipes_lib.config import BackendConfig, backend_field, check_group_size, check_positive
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.hyperparams import adam_params
-from recipes_lib.logging import MultiplexLogger
+from recipes_lib.logging import MultiplexLogger, log_samples
 from rl.advantages import (
     AdvantageNormalization,
     LossAggregation,
@@ -325,7 +325,7 @@ async def _loop(run: _Run) -> None:
         metrics = {"progress/batch": float(step), "progress/done_frac": (step + 1) / run.total_steps,
                    "optim/lr": config.learning_rate}
         if eval_due(config.eval_every, step, run.total_steps) and run.evaluators:
-            metrics.update(await _evaluate(run, sampler))
+            metrics.update(await _evaluate(run, sampler, step))
         metrics.update(await _train_step(run, step))
         sampler = await _sampler(run)
         run.source.set_policy(step + 1, sampler)
@@ -334,7 +334,7 @@ async def _loop(run: _Run) -> None:
         metrics["time/total"] = time.monotonic() - started
         run.logger.log_metrics(metrics, step)
     if config.eval_every > 0 and run.evaluators:
-        run.logger.log_metrics(await _evaluate(run, sampler), run.total_steps)
+        run.logger.log_metrics(await _evaluate(run, sampler, run.total_steps), run.total_steps)
     await _save(run, run.total_steps, final=True)
 
 
@@ -343,8 +343,11 @@ async def _sampler(run: _Run) -> SamplingClient:
     return await sampling_client_now(run.training_client, record_stability_info=run.config.loss_fn == "stable_reinforce")
 
 
-async def _evaluate(run: _Run, sampler: SamplingClient) -> dict[str, float]:
-    return await run_evaluators_timed(run.evaluators, run.training_client, sampler)
+async def _evaluate(run: _Run, sampler: SamplingClient, step: int) -> dict[str, float]:
+    """The evaluators' metrics, logged at `step`; their samples are written under it now."""
+    metrics = await run_evaluators_timed(run.evaluators, run.training_client, sampler)
+    log_samples(run.config.log_path, step, take_samples(run.evaluators))
+    return metrics
 
 
 async def _save(run: _Run, next_step: int, final: bool = False) -> dict[str, float]:

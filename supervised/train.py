@@ -30,7 +30,7 @@ from pathlib import Path
 import chz
 from tinker import types
 
-from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators
+from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators, take_samples
 from eval.nll import NLLEvaluator
 from recipes_lib.backends.protocols import Future, TrainingClient
 from recipes_lib.checkpoints import CheckpointRecord, save_checkpoint
@@ -39,7 +39,7 @@ from recipes_lib.config import BackendConfig, backend_field, check_positive
 from recipes_lib.display import print_colorized
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.hyperparams import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, adam_params, get_lr
-from recipes_lib.logging import MultiplexLogger
+from recipes_lib.logging import MultiplexLogger, log_samples
 from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.schedules import LRSchedule, lr_multiplier
 from recipes_lib.tokenizers import get_tokenizer
@@ -242,15 +242,17 @@ async def _due_evaluations(run: Run, step: int) -> dict[str, float]:
     """Metrics of the evaluators due before `step` (they see the weights after step - 1)."""
     frequent = run.evaluators if run.plan.is_due(run.config.eval_every, step) else []
     infrequent = run.infrequent_evaluators if run.plan.is_due(run.config.infrequent_eval_every, step) else []
-    return await _evaluate(run, frequent + infrequent)
+    return await _evaluate(run, frequent + infrequent, step)
 
 
-async def _evaluate(run: Run, evaluators: Sequence[Evaluator]) -> dict[str, float]:
+async def _evaluate(run: Run, evaluators: Sequence[Evaluator], step: int) -> dict[str, float]:
+    """Run `evaluators` (their metrics are logged at `step`, their samples written under it now)."""
     if not evaluators:
         return {}
     started = time.monotonic()
     metrics = await run_evaluators(evaluators, run.training_client,
                                    lambda: run.training_client.save_weights_and_get_sampling_client().result())
+    log_samples(run.config.log_path, step, take_samples(evaluators))
     return {**metrics, "time/eval": time.monotonic() - started}
 
 
@@ -284,7 +286,7 @@ async def _resolve(run: Run, submitted: Submitted) -> None:
     now = time.monotonic()
     metrics["time/step"], run.last_resolved_at = now - run.last_resolved_at, now
     if submitted.step == run.plan.total_steps - 1:
-        metrics.update(await _evaluate(run, run.evaluators + run.infrequent_evaluators))
+        metrics.update(await _evaluate(run, run.evaluators + run.infrequent_evaluators, submitted.step))
     run.metrics_logger.log_metrics(metrics, submitted.step)
 
 

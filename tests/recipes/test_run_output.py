@@ -1,6 +1,7 @@
 """What a user sees of a run in a log (not a terminal): short progress lines, then the summary, whose
 numbers are metrics.jsonl's; and metrics.png in the run folder. Tiny-model runs of SL, RL and DPO."""
 
+import html
 import re
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import pytest
 
 from recipes import dpo_basic, rl_basic, sl_basic
 from recipes_lib.argv import config_from_argv
-from recipes_lib.logging import read_metrics
+from recipes_lib.logging import read_metrics, read_samples
 from recipes_lib.progress import format_value
 
 TINY = ["model_name=recipes/tiny-llama", "backend.precision=float32"]
@@ -76,6 +77,16 @@ def test_supervised_log_is_a_line_per_step_then_the_summary(tmp_path: Path, caps
     assert (tmp_path / "metrics.png").read_bytes()[:8] == PNG_MAGIC
     assert f"  curves            {tmp_path}/metrics.png (loss (NLL per token), held-out exact match, learning rate)" \
         in summary
+    assert f"  report            {tmp_path}/report.html (charts, the model's answers, config)" in summary
+    # The page: the curves, and the held-out answers of both evaluations (samples.jsonl) as a person reads them
+    page = (tmp_path / "report.html").read_text()
+    samples = read_samples(tmp_path)
+    assert sorted({s["step"] for s in samples}) == [0, 2] and len(samples) == 2 * 4  # all 4 held out, twice
+    assert all(s["evaluator"] == "test" and s["prompt"].startswith("Write ") for s in samples)
+    for caption in ("loss (NLL per token)", "held-out exact match", "learning rate"):
+        assert f"<figcaption>{caption}</figcaption>" in page
+    assert "<h3>step 2</h3>" in page and "<h3>step 0</h3>" in page
+    assert html.escape(samples[-1]["prompt"]) in page and html.escape(samples[-1]["reference"]) in page
 
 
 def test_rl_run_ends_with_its_summary_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -89,6 +100,9 @@ def test_rl_run_ends_with_its_summary_and_plot(tmp_path: Path, capsys: pytest.Ca
                                                "test/env/all/reward/total": "max", "test/env/all/correct": "max"})
     _check_next_commands(summary, tmp_path)
     assert (tmp_path / "metrics.png").read_bytes()[:8] == PNG_MAGIC
+    page = (tmp_path / "report.html").read_text()
+    assert "<figcaption>reward</figcaption>" in page and "<h3>iteration 000001</h3>" in page
+    assert "advantage" in page  # a step's rollouts with their rewards and advantages
 
 
 def test_dpo_run_ends_with_its_summary_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -102,3 +116,4 @@ def test_dpo_run_ends_with_its_summary_and_plot(tmp_path: Path, capsys: pytest.C
     _check_next_commands(summary, tmp_path)
     assert any(line.startswith("  curves ") and "DPO accuracy (chosen > rejected)" in line for line in summary)
     assert (tmp_path / "metrics.png").read_bytes()[:8] == PNG_MAGIC
+    assert "<figcaption>DPO accuracy (chosen &gt; rejected)</figcaption>" in (tmp_path / "report.html").read_text()
