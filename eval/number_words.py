@@ -5,8 +5,8 @@
     assistant: four thousand seventy-two
 
 The short system prompt replaces the 15-token one SmolLM2's template adds when there is none:
-examples are a third shorter, so a step takes 2.1 s instead of 2.9 s at the same accuracy
-(measured: 160 steps, 98 % vs 96 % held-out exact match). `system_prompt=None` restores the default.
+examples are a third shorter, so a step is faster at the same accuracy (docs/findings.md).
+`system_prompt=None` restores the default.
 
 American style: no "and", tens hyphenated ("seventy-two"), numbers 1 to 9999. Training and
 held-out numbers are disjoint. Training numbers are drawn with the four magnitudes (1-9, 10-99,

@@ -1,6 +1,6 @@
 """Reinforcement learning: teach SmolLM2-135M to add, offline, on a laptop CPU.
 
-    python -m recipes.rl_basic                                    # ~8 min on 2 cores
+    python -m recipes.rl_basic                                    # minutes on a laptop CPU (docs/figures.md)
     python -m recipes.rl_basic loss_fn=ppo num_substeps=2
     python -m recipes.rl_basic async_config.max_steps_off_policy=2 async_config.groups_per_batch=8
     python -m recipes.rl_basic stream_minibatch_config.groups_per_batch=8 stream_minibatch_config.num_minibatches=2

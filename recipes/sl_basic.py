@@ -1,6 +1,6 @@
 """Supervised fine-tuning: teach SmolLM2-135M to write numbers in words, offline, on a laptop CPU.
 
-    python -m recipes.sl_basic                                      # ~7 min on 2 cores
+    python -m recipes.sl_basic                                      # minutes on a laptop CPU (docs/figures.md)
     python -m recipes.sl_basic learning_rate=3e-4 log_path=/tmp/sl-lr-3e-4
     python -m recipes.sl_basic dataset=example_data/conversations.jsonl
     python -m recipes.sl_basic dataset=HuggingFaceH4/no_robots      # needs the Hugging Face hub
@@ -83,7 +83,7 @@ class Config(train.Config):
         meta_factory=NamedChoice("dataset", DATASETS, default="number_words", other=_file_or_hub,
                                  other_help="a conversations .jsonl file or a Hugging Face dataset id (owner/name)"),
         doc="number_words | <file>.jsonl | <owner>/<name> (a Hugging Face chat dataset)")
-    # None: 1e-3 on number_words (measured), else recipes_lib.hyperparams.get_lr(model_name).
+    # None: 1e-3 on number_words (the best of a sweep, docs/findings.md), else recipes_lib.hyperparams.get_lr(model_name).
     learning_rate: float = chz.field(default=None, munger=_learning_rate, x_type=float | None)
     # None: 1 epoch; 3 over a (small) JSONL file.
     num_epochs: int = chz.field(default=None, munger=_num_epochs, x_type=int | None)

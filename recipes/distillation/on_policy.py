@@ -1,7 +1,7 @@
 """On-policy distillation: base SmolLM2-135M learns to write numbers in words from the model that
 `make demo` trained, offline, on a laptop CPU.
 
-    make demo                                                   # the teacher, into runs/demo (~7 min)
+    make demo                                                   # the teacher, into runs/demo
     python -m recipes.distillation.on_policy                    # the student, into /tmp/recipes-examples/...
     python -m recipes.distillation.on_policy teacher_log_path=runs/my-sl-run learning_rate=1e-4
     python -m recipes.distillation.on_policy teacher_model_path=local://run-.../sampler_weights/final
@@ -14,8 +14,8 @@ each position of its answer, weighted by the teacher's probability, up to the fi
 teacher would not have written (a top-k forward KL on the student's own answers); `teacher_kl`, the
 per-token reverse KL (student minus teacher log-prob), is logged and falls as the student learns.
 `kl_penalty_coef=1 forward_kl_topk=0` trains on the reverse KL alone, as the student's negative
-advantage under `importance_sampling` (the cookbook's method; it stalls at ~50 % here, see the
-README). Held-out exact match (`test/exact_match`, the same 48 numbers `make demo` holds out) rises
+advantage under `importance_sampling` (the cookbook's method; it stalls well below the teacher
+here: docs/findings.md). Held-out exact match (`test/exact_match`, the same 48 numbers `make demo` holds out) rises
 from the base model's towards the teacher's (`teacher/test/exact_match`, measured once at the start).
 """
 
@@ -59,8 +59,8 @@ def build_config(argv: Sequence[str] = ()) -> chz.Blueprint[train.Config]:
         "group_size": 1,
         # The longest answer is 8 tokens with <|im_end|>; a rambling base-model answer is cut here.
         "max_tokens": 16,
-        # The sampled-token reverse KL stalls at ~50 % here, alone or beside the forward KL (see the
-        # README); the teacher's top 2 at each position of the student's answers, up to the first token
+        # The sampled-token reverse KL stalls below the teacher, alone or beside the forward KL
+        # (docs/findings.md); the teacher's top 2 at each position of the student's answers, up to the first token
         # the teacher would not have written, carry the run to the teacher's level. The reverse KL is
         # still measured (`teacher_kl`); kl_penalty_coef=1 forward_kl_topk=0 trains on it alone.
         "kl_penalty_coef": 0.0,

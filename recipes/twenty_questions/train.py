@@ -12,13 +12,10 @@ per iteration: `env/all/win` (win rate), `env/all/turns` (turns per game), `env/
 `env/all/unclear_answers`; greedy games on 8 held-out words before and after training
 (`test/env/all/win`); and whole games, turn by turn, in `<log_path>/rollouts/iteration_<n>.txt`.
 
-The defaults keep the run short, not strong. Measured on an idle 2-core machine: 4 min 45 s for
-the 6 iterations and both evaluations (34-58 s per iteration), peak RSS 3.3 GB. SmolLM2-135M does
-not learn this game: it won 0 of 96 training games and 0 of 8 test games before and after (an
-earlier run of 8 iterations: 0 of 128),
-so every group had reward 0 and nothing was trained (`optim/num_datums` 0). It rarely writes
-"Guess: <word>" with a word in it, and as the answerer it replies neither yes nor no ~80 % of the
-time (`env/all/unclear_answers`). Even `num_candidates=2 max_turns=2` won 0 of 96 games. A player
+The defaults keep the run short, not strong. SmolLM2-135M does not learn this game: it wins no
+games before training, so every group has reward 0 and nothing is trained (`optim/num_datums` 0;
+the runs are in docs/findings.md). It rarely writes "Guess: <word>" with a word in it, and as the
+answerer it mostly replies neither yes nor no (`env/all/unclear_answers`). A player
 that wins some games before training is needed: a larger instruction model (`model_name=...`,
 `dataset_builder.answerer_model_name=...`), or a supervised warm start on games in this format.
 """

@@ -40,7 +40,7 @@ class Sampler:
 
 
 SESSION_TIMEOUT_S = 600.0  # the SDK heartbeats every 10 s; a session silent this long is gone
-# Each sampler holds a copy of its LoRA weights (~45 MB for SmolLM2 at rank 32), and RL makes one
+# Each sampler holds a copy of its LoRA weights (tens of MB for SmolLM2 at rank 32), and RL makes one
 # per step; a session keeps its most recently used ones (off-policy RL samples from a few recent
 # ones): at most this many, and beyond the newest `MIN_SAMPLERS_PER_SESSION` only while their
 # snapshots together stay within `SAMPLER_BYTES_PER_SESSION`.

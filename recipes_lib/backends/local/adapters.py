@@ -110,7 +110,7 @@ class AdapterHost:
         """Stop peft from casting bf16 activations to the fp32 adapter dtype before each LoRA matmul.
 
         Under autocast the matmul casts the (small) adapter weights instead; peft's cast of the
-        (large) activations cost ~3 % of a training step and is undone by autocast right after.
+        (large) activations is work that autocast undoes right after.
         """
         assert self.peft_model is not None
         tuners: list[Any] = [m for m in self.peft_model.modules() if isinstance(m, BaseTunerLayer)]

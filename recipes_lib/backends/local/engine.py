@@ -216,11 +216,11 @@ class LocalEngine:
                     own_weights(model)  # elsewhere the move or the cast below copies them anyway
                 if self.precision.autocast is not None:
                     # The base is frozen, so it needs no fp32 master copy: storing it in the compute
-                    # dtype saves autocast's per-step weight casts (~9 % of a step) and half the memory.
+                    # dtype saves autocast's per-step weight casts and half the memory.
                     model.to(self.precision.autocast)
                     if self.precision.device.type == "cpu":
                         use_exact_attention(model)
-                keep_fewer_activations(model)  # bitwise the same gradients, ~25 % fewer bytes kept
+                keep_fewer_activations(model)  # bitwise the same gradients, fewer bytes kept
                 # Trainer, scorer and sampler must all see the logits of the model's own forward.
                 check_output_head(model, name)
                 share_fused_storage(model)  # the fused decode step then reads these same tensors

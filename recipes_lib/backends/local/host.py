@@ -4,11 +4,9 @@ Why (a CPU matter): torch parallelises its CPU kernels with OpenMP, and GNU Open
 torch's CPU wheels) stops spinning idle workers almost at once when the process holds more OpenMP
 threads than it has CPUs; every parallel region then pays to wake them. The main thread's team
 stays within that count; a team started on a second thread (the engine's own worker) takes the
-process past it on a machine with few cores. Measured on this project's 2-core machine, SmolLM2
-bf16, the same requests with the engine on its worker thread and then on the main thread: sampling
-8 prompts x 64 tokens ~195 -> 281 tokens/s, from a LoRA snapshot ~110 -> 177, the RL-shaped batch
-3.5 -> 2.6 s, a training step on 8 x 128 tokens ~185 -> 219 tokens/s. A GPU does not care which
-thread launches its kernels; the engine runs there the same way.
+process past it on a machine with few cores, and sampling and training both slow down
+(docs/findings.md). A GPU does not care which thread launches its kernels; the engine runs there
+the same way.
 
 So `run_hosted(fn)` (every recipe's entry point and `python -m recipes_lib.server` go through it)
 runs `fn` on a second thread with one torch thread, and the first local engine that thread creates

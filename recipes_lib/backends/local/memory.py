@@ -1,25 +1,20 @@
 """Returning freed host memory to the system (glibc on Linux; elsewhere nothing is done).
 
-glibc keeps freed blocks of its heaps for reuse. Across a training step's activations (hundreds of
-MB per micro-batch, in shapes that change with every micro-batch) and a generation's KV cache,
-the kept and fragmented blocks grew `rl_basic` (SmolLM2, fp32) from ~2.2 GB in use to 3.3-6 GB
-resident, growing with each micro-batch of a step. The engine trims after each request (a training
-call, a batch of generations): that keeps a run flat. Trimming after each micro-batch as well cost
-the next one its first-touch page faults (training 8 x 128 tokens in bf16: ~15 % slower) and saved
-nothing measurable (`rl_basic max_steps=8`: peak RSS 2.11 GB with it, 2.10 GB without); a low
-`M_MMAP_THRESHOLD` (every large tensor mapped and unmapped) cost one fault per allocation: +47 % CPU
-time for a training step.
+glibc keeps freed blocks of its heaps for reuse. Across a training step's activations (large, in
+shapes that change with every micro-batch) and a generation's KV cache, the kept and fragmented
+blocks grow a run's resident memory well past what it uses, step after step. The engine trims
+after each request (a training call, a batch of generations): that keeps a run flat. Trimming after
+each micro-batch as well costs the next one its first-touch page faults and saves nothing; a low
+`M_MMAP_THRESHOLD` (every large tensor mapped and unmapped) costs one fault per allocation. The
+readings behind both choices are in docs/findings.md.
 GPU memory is torch's caching allocator's business; this is for the CPU only.
 
 Trimming cannot return what is still in use, and two caches of torch's CPU kernels keep what they
 make for every distinct tensor shape: oneDNN's primitive cache and ideep's LRU cache, 1024 entries
 each by default. Training meets new shapes with nearly every micro-batch (its token count), so the
-two filled up over a run. `scripts/memory_over_steps.py steps=25 sample_every=8` (SmolLM2, bf16,
-16 sequences of 30-60 tokens a step, sampling every 8th step), resident MB after a training step:
-with torch's bounds 990 -> 1369 over 24 steps (peak 2139); with `bound_kernel_caches`, which sets
-both to `KERNEL_CACHE_ENTRIES`, 954-982 throughout (peak 1686). The cost: 90 more primitive-cache
-misses in 8 steps (~11 ms a step, oneDNN's own timing) and, in whole-process A/B runs, 1-6 %
-slower, within this machine's noise.
+two filled up over a run. `bound_kernel_caches` sets both to `KERNEL_CACHE_ENTRIES`, which keeps
+resident memory flat at the cost of a few more cache misses;
+`scripts/memory_over_steps.py steps=25 sample_every=8` shows resident memory after each step.
 """
 
 import ctypes

@@ -187,9 +187,9 @@ def _convert_gguf(name: str, cached: Path) -> PreTrainedModel:
 def _gguf_name_maps_built_once() -> Iterator[None]:
     """Build each of `gguf`'s tensor-name maps once while transformers converts a GGUF.
 
-    transformers builds the map anew for every module it visits (~400 in SmolLM2, ~14 ms each
-    here: about a third of the conversion), though it depends only on the architecture and the
-    layer count, and is only read.
+    transformers builds the map anew for every module it visits (hundreds in SmolLM2, a large
+    share of the conversion), though it depends only on the architecture and the layer count,
+    and is only read.
     """
     import gguf
 

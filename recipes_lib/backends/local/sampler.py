@@ -8,7 +8,8 @@ speed). Merging a small delta into bf16 weights would round much of it away and 
 log-probs would drift from the trainer's, so bf16 keeps it beside there too. Requests are batched:
 every distinct prompt is prefilled once, its KV cache is shared by all its samples, and finished
 rows leave the batch. Llama-family models decode through the
-fused step of `decoder.py` (2-3x the model's own forward on a CPU); others through their forward.
+fused step of `decoder.py` (faster than the model's own forward on a CPU; `make bench` measures it);
+others through their forward.
 
 Returned log-probs are those of the distribution sampled from: `log_softmax(logits / T)` for
 temperature T > 0 (before top-k / top-p truncation), and the untempered `log_softmax(logits)` for
@@ -91,9 +92,9 @@ class SamplerModel:
     def release(self) -> None:
         """Free what only sampling needs before other work (training) runs: the fused step's
         packed copy of the weights, as large as the base model, and the loaded snapshot's LoRA
-        copies (with the snapshot they keep alive: ~80 MB for SmolLM2 at rank 32). The next
-        snapshot would replace both anyway; in bf16 re-packing the base weights costs about one
-        decode step and loading a LoRA ~55 ms (SmolLM2, rank 32), against ~10 s of an RL iteration."""
+        copies (with the snapshot they keep alive). The next snapshot would replace both anyway;
+        re-packing the base weights costs about one decode step, and loading a LoRA far less than
+        an RL iteration."""
         self._unload_lora()
         if self.decoder is not None:
             self.decoder.release()
@@ -327,7 +328,7 @@ def _prefill(
         if len(prompts) > chunk:  # the chunk's activations back to the system before the next one's
             return_freed_memory(precision.device)
     # The head on a 2-D tensor: on the 3-D `[:, -1:]` view (`logits_to_keep=1`) torch's matmul
-    # copies the head weight once per prompt (~0.4 s for SmolLM2 on 8 prompts).
+    # copies the head weight once per prompt.
     last_P_D = torch.cat(lasts)
     return caches, OutputHead(model)(last_P_D), mask
 

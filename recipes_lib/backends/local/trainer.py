@@ -48,16 +48,13 @@ from recipes_lib.backends.local.losses import (
 from recipes_lib.backends.local.memory import return_freed_memory
 from recipes_lib.backends.local.precision import Precision
 
-# Rows of [rows x vocab] logits materialised at once (~12 MB in fp32 for a 49k vocabulary). Against
-# 128 rows: training 8 x 128 tokens on SmolLM2 bf16 peaked 72 MiB lower at the same speed (wall
-# 0.99x, medians of 3 alternated whole-process runs).
+# Rows of [rows x vocab] logits materialised at once (64 x 49,152 x 4 bytes = 12 MiB in fp32 for
+# SmolLM2's vocabulary): half of 128 rows peaks lower at the same speed.
 LOGIT_CHUNK_ROWS = 64
 MAX_MICROBATCH_TOKENS = 8192  # without gradients (scoring, `forward`): activations are not kept
-# With gradients, a micro-batch's activations live until its backward: SmolLM2 keeps ~1.2 MB per
-# token in fp32 (measured), and glibc's heap about doubles that in resident memory, so 2,048 tokens
-# at once added 2.3 GB to the process. The CPU budget trades speed for memory: it holds rl_basic
-# (fp32) near 2 GB, and cost +10-25 % CPU time per training call against micro-batches of 768 MiB
-# (measured on a busy 2-core machine). A GPU's memory is its own, and it wants large batches.
+# With gradients, a micro-batch's activations live until its backward, and glibc's heap about
+# doubles them in resident memory. The CPU budget trades some speed for memory (a laptop runs other
+# things too; docs/findings.md has the readings). A GPU's memory is its own, and it wants large batches.
 ACTIVATION_BUDGET_BYTES = {"cpu": 256 * 2**20, "cuda": 8 * 2**30}
 
 CustomLoss = Callable[[list, list[torch.Tensor]], tuple[torch.Tensor, dict[str, float]]]
@@ -92,7 +89,7 @@ def token_logprobs(lm_head: OutputHead, hidden_N_D: torch.Tensor, targets_N: tor
 
 
 def _chunk_logprobs(lm_head: OutputHead, rows_N_D: torch.Tensor, targets_N: torch.Tensor) -> torch.Tensor:
-    # cross_entropy's fused log-softmax is ~20 % faster than gather - logsumexp here.
+    # cross_entropy's fused log-softmax beats gather - logsumexp here.
     return -F.cross_entropy(lm_head(rows_N_D), targets_N, reduction="none")
 
 
@@ -173,9 +170,8 @@ def _head_forward_backward(lm_head: OutputHead, rows_N_D: torch.Tensor, targets_
     gradients are bit for bit those of autograd through the checkpointed chunks. Only the head's
     adapter gradient adds up its chunks differently: in fp32 here, where bf16 autocast added them up
     in bf16 (all chunks flow into its one cached bf16 cast of the weight) before casting to fp32.
-    Measured on SmolLM2 bf16, LoRA rank 32, a training pass alternated with the checkpointed one:
-    8 x 128 tokens all weighted 1.07x as fast, 32 x 60 with half weighted 1.03x, 16 x 60 with
-    8 answer tokens each 1.01x. Called inside the forward's autocast context.
+    It is faster the more of a batch is weighted (docs/findings.md). Called inside the forward's
+    autocast context.
     """
     detached_N_D = rows_N_D.detach()
     pieces: list[torch.Tensor] = []
