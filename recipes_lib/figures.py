@@ -13,6 +13,8 @@ metrics it did log, never a blank cell.
 
 import datetime
 import math
+import os
+import platform
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,10 +56,35 @@ def _number(value: float) -> str:
     return "nan" if math.isnan(value) else f"{value:.3g}"
 
 
-def markdown_table(figures: Sequence[Figure], date: datetime.date) -> str:
-    """The table the README quotes, with the date it was made."""
+def describe_machine(cpuinfo: str | None = None) -> str:
+    """The CPU model, its cores, the instruction set that decides the engine's precision, and that
+    precision: "AMD EPYC 9R14, 2 cores, AVX512-BF16; `auto` precision: bf16"."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
+                 platform.processor() or platform.machine())
+    flags = set(next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), []))
+    isa = next((name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"),
+                                        ("avx512f", "AVX-512 without bf16"), ("avx2", "AVX2")) if flag in flags),
+               platform.machine())
+    precision = "bf16" if isa in ("AMX", "AVX512-BF16") else "fp32"
+    cores = sum(1 for line in cpuinfo.splitlines() if line.startswith("processor")) or os.cpu_count()
+    return f"{model}, {cores} cores, {isa}; `auto` precision: {precision}"
+
+
+def markdown_table(figures: Sequence[Figure], date: datetime.date, machine: str) -> str:
+    """The page of learning figures: the command that makes it, the date and machine, the table."""
     lines = [
-        f"Learning figures, produced by `scripts/reproduce.sh` on {date.isoformat()}.",
+        "# Learning figures",
+        "",
+        "```bash",
+        "make reproduce",
+        "```",
+        "",
+        f"Produced by `scripts/reproduce.sh` on {date.isoformat()}, on {machine}.",
         "",
         "| run | metric | first | last | steps logged | minutes |",
         "|---|---|---|---|---|---|",
@@ -95,7 +122,7 @@ def main(config: Config) -> None:
     figures = [figure(Path(run), metric, m) for run, metric, m in zip(runs, metrics, durations)]
     out = Path(config.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(markdown_table(figures, datetime.date.today()))
+    out.write_text(markdown_table(figures, datetime.date.today(), describe_machine()))
     print(out.read_text(), end="")
 
 

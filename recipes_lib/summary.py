@@ -248,6 +248,8 @@ class RunReport:
     def close(self) -> None:
         if self._undrawn_rows:  # rows logged since the last drawing (none: the picture is current)
             self._draw()
+        else:  # the page also names the final checkpoint, saved after the last row
+            self._report_written = write_report_page(self.log_path)
         stopped = sys.exc_info()[1]  # close() runs in the loops' `finally`: set when the run failed
         if stopped is not None:
             if self.console is not None:

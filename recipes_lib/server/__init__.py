@@ -2,7 +2,7 @@
 
 Run: `python -m recipes_lib.server port=8000 precision=float32` and point any SDK program at it
 with `TINKER_BASE_URL=http://127.0.0.1:8000 TINKER_API_KEY=<the server's key>` (or the recipes
-with `backend=tinker backend.base_url=http://127.0.0.1:8000`). See README "Serve the engine".
+with `backend=tinker backend.base_url=http://127.0.0.1:8000`). See docs/serving.md.
 
 Modules: `app.py` (the FastAPI app, auth, body limit, session endpoints), `training.py`,
 `sampling.py` and `rest.py` (the other endpoints), `messages.py` (parsing and answers),

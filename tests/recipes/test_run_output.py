@@ -87,6 +87,7 @@ def test_supervised_log_is_a_line_per_step_then_the_summary(tmp_path: Path, caps
         assert f"<figcaption>{caption}</figcaption>" in page
     assert "<h3>step 2</h3>" in page and "<h3>step 0</h3>" in page
     assert html.escape(samples[-1]["prompt"]) in page and html.escape(samples[-1]["reference"]) in page
+    assert "<dt>final checkpoint</dt>" in page  # written after the last metrics row, and on the page
 
 
 def test_rl_run_ends_with_its_summary_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
