@@ -98,6 +98,7 @@ def _chart(run: Any, panel: Any) -> str:
     """One panel as an inline SVG figure; text stays text (`svg.fonttype: none`), so it is small and searchable."""
     import matplotlib
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(5.0, 3.2))
     ax = fig.subplots()
@@ -106,6 +107,7 @@ def _chart(run: Any, panel: Any) -> str:
         ax.plot(steps, values, label=key, marker="o" if len(steps) <= 20 else None, markersize=3,
                 linestyle="--" if key.startswith("test/") else "-")
     ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_ylabel(panel.ylabel)
     values = [v for key in panel.keys for v in run.series(key)[1]]
     if panel.log_y and values and min(values) > 0:
