@@ -44,7 +44,10 @@ def config_from_argv(blueprint: chz.Blueprint[T], argv: Sequence[str] | None = N
         print(exc)
         raise SystemExit(0) from None
     except CHZ_ARGUMENT_ERRORS as exc:
-        message = _invalid_value(blueprint, args, str(exc)) or f"{exc}{_did_you_mean(blueprint, args, str(exc))}"
+        message = (_invalid_value(blueprint, args, str(exc)) or _unknown_key(str(exc))
+                   or f"{exc}{_did_you_mean(blueprint, args, str(exc))}")
+        if "Extraneous argument" in str(exc):
+            message += _did_you_mean(blueprint, args, str(exc))
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
     except RecipesError as exc:  # a config's own check (@chz.validate) refused a value
@@ -78,6 +81,17 @@ def _invalid_value(blueprint: chz.Blueprint[T], args: list[str], message: str) -
     columns = next((re.split(r"\s{2,}", line.strip()) for line in _help_lines(blueprint, args, key)), [])
     doc = columns[3] if len(columns) > 3 else ""  # a help line: key, type, value, then what the key is for
     return f"{key}={value} is not valid: expected {expected}." + (f" {doc}" if doc else "")
+
+
+def _unknown_key(message: str) -> str | None:
+    """chz's "Extraneous argument 'x' to Blueprint for Config" as what it means to a user, keeping its
+    suggestion ("Did you mean 'learning_rate'?")."""
+    unknown = re.search(r"Extraneous argument '([^']+)'", message)
+    if unknown is None:
+        return None
+    suggestion = re.search(r"Did you mean (.+?)\?", message)
+    hint = f" Did you mean {suggestion.group(1)}?" if suggestion else ""
+    return f"{unknown.group(1)} is not a key of this command.{hint} --help lists every key."
 
 
 def _help_lines(blueprint: chz.Blueprint[T], args: list[str], key: str) -> list[str]:

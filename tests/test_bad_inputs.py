@@ -168,11 +168,11 @@ CASES = [
     Case("J17-not-utf8", "sl", ["dataset={nonutf8}"], r"nonutf8\.jsonl line 2: not UTF-8 \(byte 0xe9"),
     Case("J19-missing-file", "sl", ["dataset={root}/nope.jsonl"], r"nope\.jsonl does not exist"),
     # --- configs -----------------------------------------------------------------------------------
-    Case("C1-unknown-top-level-key", "sl", ["foo=1"], r"Extraneous argument 'foo'"),
+    Case("C1-unknown-top-level-key", "sl", ["foo=1"], r"^error: foo is not a key of this command\. --help lists every key\.$"),
     Case("C1b-argument-without-equals", "sl", ["--server"], r"key=value; got '--server'"),
     Case("C2-unknown-nested-key", "sl", ["dataset.common_config.bach_size=2"],
          r"Did you mean:? '?dataset\.common_config\.batch_size"),
-    Case("C2b-unknown-key-in-backend", "sl", ["backend.precison=float32"], r"Extraneous argument 'backend\.precison'"),
+    Case("C2b-unknown-key-in-backend", "sl", ["backend.precison=float32"], r"^error: backend\.precison is not a key of this command\..*--help lists every key"),
     Case("C3-int-given-a-word", "sl", ["max_steps=two"], r"^error: max_steps=two is not valid: expected a whole number \(or None\)\.$"),
     Case("C4-float-given-a-word", "sl", ["learning_rate=fast"], r"^error: learning_rate=fast is not valid: expected a number"),
     Case("C30-int-given-a-float-literal", "sl", ["max_steps=2e0"], r"^error: max_steps=2e0 is not valid: expected a whole number \(or None\)\.$"),
