@@ -44,10 +44,9 @@ def config_from_argv(blueprint: chz.Blueprint[T], argv: Sequence[str] | None = N
         print(exc)
         raise SystemExit(0) from None
     except CHZ_ARGUMENT_ERRORS as exc:
-        message = (_invalid_value(blueprint, args, str(exc)) or _unknown_key(str(exc))
+        message = (_invalid_value(blueprint, args, str(exc))
+                   or _unknown_key(str(exc), _did_you_mean(blueprint, args, str(exc)))
                    or f"{exc}{_did_you_mean(blueprint, args, str(exc))}")
-        if "Extraneous argument" in str(exc):
-            message += _did_you_mean(blueprint, args, str(exc))
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
     except RecipesError as exc:  # a config's own check (@chz.validate) refused a value
@@ -83,14 +82,14 @@ def _invalid_value(blueprint: chz.Blueprint[T], args: list[str], message: str) -
     return f"{key}={value} is not valid: expected {expected}." + (f" {doc}" if doc else "")
 
 
-def _unknown_key(message: str) -> str | None:
-    """chz's "Extraneous argument 'x' to Blueprint for Config" as what it means to a user, keeping its
-    suggestion ("Did you mean 'learning_rate'?")."""
+def _unknown_key(message: str, our_hint: str) -> str | None:
+    """chz's "Extraneous argument 'x' to Blueprint for Config" as what it means to a user, with chz's
+    suggestion ("Did you mean 'learning_rate'?") or else ours (`_did_you_mean`)."""
     unknown = re.search(r"Extraneous argument '([^']+)'", message)
     if unknown is None:
         return None
     suggestion = re.search(r"Did you mean (.+?)\?", message)
-    hint = f" Did you mean {suggestion.group(1)}?" if suggestion else ""
+    hint = f" Did you mean {suggestion.group(1)}?" if suggestion else f" {our_hint.strip()}" if our_hint else ""
     return f"{unknown.group(1)} is not a key of this command.{hint} --help lists every key."
 
 
