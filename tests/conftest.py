@@ -38,6 +38,18 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# Files whose tests take many seconds each: the real SmolLM2 (`slow`), the server's, the kill-and-resume
+# ones. `make test` hands whole files to two workers in collection order; these go first, so the
+# suite does not end with one worker finishing a long file while the other waits.
+_LONG_FILES = ("tests/server/", "test_resume", "test_host.py", "test_run_folder_safety.py", "test_load.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    long_files = {item.path for item in items if item.get_closest_marker("slow")
+                  or any(part in item.path.as_posix() for part in _LONG_FILES)}
+    items.sort(key=lambda item: item.path not in long_files)  # stable: each file keeps its order
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     created = config.stash.get(_CREATED_HOME, None)
     if created is not None:

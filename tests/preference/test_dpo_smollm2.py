@@ -16,11 +16,11 @@ pytestmark = [
 
 
 def test_four_dpo_steps_raise_held_out_accuracy_and_margin(tmp_path: Path) -> None:
-    comparisons = ArithmeticComparisonBuilder(num_train=16, num_test=16, max_operand=50)
+    comparisons = ArithmeticComparisonBuilder(num_train=16, num_test=8, max_operand=50)
     # Evaluated after the last step only (the policy starts as the reference: margin 0, accuracy 0).
     main(Config(log_path=str(tmp_path), model_name=SMOLLM2_NAME, learning_rate=3e-4, eval_every=0, save_every=0,
                 dataset_builder=DPODatasetBuilder(comparison_builder=comparisons, batch_size=4, max_length=128),
                 behavior_if_log_dir_exists="raise"))
     last = read_metrics(tmp_path)[-1]
-    # measured 0.24-0.29 and 0.81-0.875 (fp32 and bf16); dpo_basic: 0.97 after 8 steps
+    # seen: margin 0.29 / 0.35 and 7 of 8 pairs (bf16 / fp32, 2026-12-02); dpo_basic: 0.97 after 8 steps
     assert last["test/margin"] > 0.15 and last["test/accuracy"] >= 0.75
