@@ -83,7 +83,7 @@ class JsonlLogger:
         self.path = Path(log_dir) / METRICS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_from_step is not None:
-            truncate_metrics(self.path, resume_from_step)
+            truncate_log(self.path, resume_from_step)
             truncate_log(self.path.parent / SAMPLES_FILE, resume_from_step)
         self._file = self.path.open("a", encoding="utf-8")
 
@@ -126,11 +126,6 @@ def log_samples(log_dir: Path | str, step: int, samples: Sequence[Mapping[str, A
         return
     with (Path(log_dir) / SAMPLES_FILE).open("a", encoding="utf-8") as f:
         f.write("".join(json.dumps({"step": step, **sample}) + "\n" for sample in samples))
-
-
-def truncate_metrics(path: Path, resume_from_step: int) -> None:
-    """Keep the lines with `step < resume_from_step` (rewritten atomically); a corrupt line stops it."""
-    truncate_log(path, resume_from_step)
 
 
 def truncate_log(path: Path, resume_from_step: int) -> None:

@@ -141,9 +141,23 @@ def smoothed(values: Sequence[float], weight: float) -> list[float]:
     return out
 
 
-def _draw(ax: Axes, run: Run, key: str, label: str, smooth: float) -> None:
+def thinned(steps: list[float], values: list[float], max_points: int | None) -> tuple[list[float], list[float]]:
+    """At most `max_points` evenly spaced points, the last one always kept (None: all of them)."""
+    if max_points is None or len(steps) <= max_points:
+        return steps, values
+    stride = -(-len(steps) // max_points)
+    picked = list(range(0, len(steps), stride))
+    if picked[-1] != len(steps) - 1:
+        picked.append(len(steps) - 1)
+    return [steps[i] for i in picked], [values[i] for i in picked]
+
+
+def draw_line(ax: Axes, run: Run, key: str, label: str, smooth: float = 0.0, max_points: int | None = None) -> None:
+    """One metric of a run as a line: markers where it was logged at few steps (evaluations), dashed
+    for held-out metrics, with its moving average when `smooth` > 0."""
     steps, values = run.series(key)
     sparse = len(steps) < 0.5 * len(run.rows) or len(steps) <= 20  # eval points: show them
+    steps, values = thinned(steps, values, max_points)
     line = ax.plot(steps, values, marker="o" if sparse else None, markersize=3, label=label,
                    linestyle="--" if key.startswith("test/") else "-",  # held-out metrics dashed
                    alpha=0.35 if smooth > 0 and not sparse else 1.0)[0]
@@ -162,19 +176,25 @@ def _figure(panels: Sequence[Panel]) -> tuple[Figure, list[Axes]]:
     return fig, flat[: len(panels)]
 
 
+def style_axes(ax: Axes, panel: Panel) -> None:
+    """Labels, a log axis for a loss that is all positive, the whole 0..1 axis for a fraction,
+    whole-number steps, a grid and the legend."""
+    ax.set_xlabel("step")
+    ax.set_ylabel(panel.ylabel)
+    ys = [np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()]
+    if panel.log_y and all((y > 0).all() for y in ys):
+        ax.set_yscale("log")
+    if panel.fraction and all(((y >= 0) & (y <= 1)).all() for y in ys):
+        ax.set_ylim(-0.03, 1.03)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
 def _finish(fig: Figure, axes: Sequence[Axes], panels: Sequence[Panel], title: str, out: Path) -> None:
     for ax, panel in zip(axes, panels):
         ax.set_title(panel.title, fontsize=10)
-        ax.set_xlabel("step")
-        ax.set_ylabel(panel.ylabel)
-        ys = [np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()]
-        if panel.log_y and all((y > 0).all() for y in ys):
-            ax.set_yscale("log")
-        if panel.fraction and all(((y >= 0) & (y <= 1)).all() for y in ys):
-            ax.set_ylim(-0.03, 1.03)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        style_axes(ax, panel)
     fig.suptitle(title)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -189,7 +209,7 @@ def plot_run(run: Run, out: Path, smooth: float = 0.0) -> list[Panel]:
     fig, axes = _figure(panels)
     for ax, panel in zip(axes, panels):
         for key in panel.keys:
-            _draw(ax, run, key, key, smooth if panel.smoothable else 0.0)
+            draw_line(ax, run, key, key, smooth if panel.smoothable else 0.0)
     _finish(fig, axes, panels, run.name, out)
     return panels
 
@@ -202,7 +222,7 @@ def plot_comparison(runs: Sequence[Run], out: Path, smooth: float = 0.0) -> list
         for run in runs:
             for key in (k for k in panel.keys if k in run.keys):
                 label = run.name if len(panel.keys) == 1 else f"{run.name}: {key}"
-                _draw(ax, run, key, label, smooth if panel.smoothable else 0.0)
+                draw_line(ax, run, key, label, smooth if panel.smoothable else 0.0)
     _finish(fig, axes, panels, f"{len(runs)} runs", out)
     return panels
 

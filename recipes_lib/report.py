@@ -95,27 +95,18 @@ def _charts(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _chart(run: Any, panel: Any) -> str:
-    """One panel as an inline SVG figure; text stays text (`svg.fonttype: none`), so it is small and searchable."""
+    """One panel as an inline SVG figure, drawn as metrics.png draws it; text stays text
+    (`svg.fonttype: none`), so it is small and searchable."""
     import matplotlib
     from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
+
+    from recipes_lib import plot
 
     fig = Figure(figsize=(5.0, 3.2))
     ax = fig.subplots()
     for key in panel.keys:
-        steps, values = _thinned(*run.series(key))
-        ax.plot(steps, values, label=key, marker="o" if len(steps) <= 20 else None, markersize=3,
-                linestyle="--" if key.startswith("test/") else "-")
-    ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
-    ax.set_ylabel(panel.ylabel)
-    values = [v for key in panel.keys for v in run.series(key)[1]]
-    if panel.log_y and values and min(values) > 0:
-        ax.set_yscale("log")
-    if panel.fraction and values and 0 <= min(values) and max(values) <= 1:
-        ax.set_ylim(-0.03, 1.03)  # a score in [0, 1] on its whole axis, as in metrics.png
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+        plot.draw_line(ax, run, key, key, max_points=MAX_POINTS)
+    plot.style_axes(ax, panel)
     fig.tight_layout()
     buffer = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "report"}):
@@ -123,17 +114,6 @@ def _chart(run: Any, panel: Any) -> str:
     svg = buffer.getvalue()
     svg = svg[svg.index("<svg"):]  # the XML prologue and doctype have no place inside HTML
     return f'<figure><figcaption>{_text(panel.title)}</figcaption>{svg}</figure>'
-
-
-def _thinned(steps: list[float], values: list[float]) -> tuple[list[float], list[float]]:
-    """At most MAX_POINTS evenly spaced points, the last one always kept."""
-    if len(steps) <= MAX_POINTS:
-        return steps, values
-    stride = -(-len(steps) // MAX_POINTS)
-    picked = list(range(0, len(steps), stride))
-    if picked[-1] != len(steps) - 1:
-        picked.append(len(steps) - 1)
-    return [steps[i] for i in picked], [values[i] for i in picked]
 
 
 def _samples(samples: Sequence[Mapping[str, Any]]) -> str:

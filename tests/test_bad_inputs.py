@@ -16,7 +16,6 @@ import errno
 import json
 import os
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from recipes.prompt_distillation import create_data
 from recipes_lib.argv import config_from_argv
 from recipes_lib.cli import run_recipe
 from recipes_lib.logging import dump_config
+from tests.run_module import run_as_main
 
 TINY = "recipes/tiny-llama"
 SL = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=2", "eval_every=0",
@@ -385,14 +385,10 @@ def test_a_command_line_tool_answers_help_and_bad_values(module: str, argv: list
                                                         isolated: Fixture, monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """`python -m <module> <argv>`, run in this process: the exit code and the one message (or the help)."""
-    import runpy
-
     corrupt = isolated.root / "corrupt"
     corrupt.mkdir()
     (corrupt / "metrics.jsonl").write_text('{"step": 0, "train_mean_nll": 1.0}\n{not json\n{"step": 2}\n')
-    monkeypatch.setattr(sys, "argv", [module, *(a.format(corrupt=corrupt) for a in argv)])
-    with pytest.raises(SystemExit) as exited:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    exit_code = run_as_main(module, [a.format(corrupt=corrupt) for a in argv], monkeypatch)
     out, err = capsys.readouterr()
-    assert exited.value.code == code and "Traceback" not in err, err
+    assert exit_code == code and "Traceback" not in err, err
     assert re.search(expected, out if code == 0 else err, re.MULTILINE), out + err

@@ -12,13 +12,14 @@
 import contextlib
 import io
 import re
-import runpy
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.run_module import run_as_main
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -73,13 +74,11 @@ def test_the_pages_show_commands() -> None:
                          ids=[f"{page}:{module} {' '.join(args)}"[:90] for page, module, args in COMMANDS])
 def test_a_shown_command_takes_its_arguments(page: str, module: str, arguments: list[str],
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "argv", [module, *arguments, "--help"])
-    monkeypatch.delitem(sys.modules, module, raising=False)  # runpy runs it as __main__, not the imported copy
     out = io.StringIO()
-    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as info:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    with contextlib.redirect_stdout(out):
+        code = run_as_main(module, [*arguments, "--help"], monkeypatch)
     help_text = out.getvalue()
-    assert info.value.code in (0, None) and "Arguments:" in help_text, help_text[-2000:]
+    assert code in (0, None) and "Arguments:" in help_text, help_text[-2000:]
     rows = {line.split()[0] for line in help_text.splitlines() if line.startswith("  ") and line.split()}
     unknown = [a.split("=", 1)[0] for a in arguments if "=" in a and a.split("=", 1)[0] not in rows]
     assert not unknown, f"{page}: `python -m {module}` has no key {unknown}"

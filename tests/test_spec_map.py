@@ -17,11 +17,11 @@ import contextlib
 import io
 import os
 import re
-import runpy
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.run_module import run_as_main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SPEC_FILES = ("tinker-docs.txt", "tinker-skill-notes.diff.txt")
@@ -123,12 +123,10 @@ def test_spec_module_exists_under_our_name(entry: str) -> None:
 @pytest.mark.parametrize("entry", [e for e in _entries() if e.startswith("command ")])
 def test_spec_command_prints_its_help(entry: str, monkeypatch: pytest.MonkeyPatch) -> None:
     module = map_module(entry.split()[1])
-    monkeypatch.setattr(sys, "argv", [module, "--help"])
-    monkeypatch.delitem(sys.modules, module, raising=False)  # runpy runs it as __main__, not the imported copy
     out = io.StringIO()
-    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as info:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-    assert info.value.code in (0, None) and "Arguments:" in out.getvalue(), out.getvalue()[-2000:]
+    with contextlib.redirect_stdout(out):
+        code = run_as_main(module, ["--help"], monkeypatch)
+    assert code in (0, None) and "Arguments:" in out.getvalue(), out.getvalue()[-2000:]
 
 
 def test_spec_names_are_our_objects_not_copies() -> None:

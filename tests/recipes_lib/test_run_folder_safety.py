@@ -20,7 +20,7 @@ from recipes_lib.checkpoints import CHECKPOINTS_FILE, CheckpointRecord, load_che
 from recipes_lib.cli import check_log_dir, user_errors
 from recipes_lib.exceptions import CheckpointError, ConfigurationError, DataFormatError
 from recipes_lib.jsonl import read_jsonl
-from recipes_lib.logging import read_metrics, truncate_metrics
+from recipes_lib.logging import read_metrics, truncate_log
 from recipes_lib.run_lock import LOCK_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,14 +122,14 @@ def test_a_corrupt_middle_metrics_line_stops_a_resume_instead_of_vanishing(tmp_p
     original = _records('{"step": 0}', "{oops", '{"step": 2}')
     path.write_text(original)
     with pytest.raises(DataFormatError, match=r"metrics\.jsonl line 2: not valid JSON"):
-        truncate_metrics(path, resume_from_step=2)
+        truncate_log(path, resume_from_step=2)
     assert path.read_text() == original
 
 
 def test_resume_drops_only_the_torn_metrics_line(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"
     path.write_text(_records('{"step": 0}', '{"step": 1}', torn='{"step": 2, "lo'))
-    truncate_metrics(path, resume_from_step=2)
+    truncate_log(path, resume_from_step=2)
     assert [row["step"] for row in read_metrics(tmp_path)] == [0, 1]
 
 

@@ -37,8 +37,9 @@ def _config(log_path: Path, *extra: str) -> train.Config:
     return config_from_argv(chz.Blueprint(train.Config), [*ARGS, *extra, f"log_path={log_path}"])
 
 
-def _kill_and_rerun(folder: Path, mode: str) -> list[dict[str, object]]:
-    """An uninterrupted run and one killed then rerun, in `folder`; the rows they both logged."""
+def _kill_and_rerun(folder: Path, mode: str) -> tuple[list[dict[str, object]], Path]:
+    """An uninterrupted run and one killed then rerun, in `folder`; the rows they both logged, and
+    the killed run's folder."""
     killed, uninterrupted = folder / "killed", folder / "uninterrupted"
     # Slow env steps keep the killed run going long enough to be caught between checkpoints.
     argv = [*ARGS, *MODES[mode], f"log_path={killed}", "dataset_builder.step_delay_s=0.1"]
@@ -47,7 +48,7 @@ def _kill_and_rerun(folder: Path, mode: str) -> list[dict[str, object]]:
     resumed_at = kill.join()
     assert 0 < resumed_at < STEPS
     train.main(_config(killed, *MODES[mode]))  # the rerun, here in-process (no step delay: it changes no metric)
-    return assert_same_metrics(killed, uninterrupted)
+    return assert_same_metrics(killed, uninterrupted), killed
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
@@ -60,11 +61,10 @@ def test_sigkill_then_rerun_matches_an_uninterrupted_run(tmp_path: Path, mode: s
     # after the SmolLM2 tests in one process, not in the next run of the same sequence). A second
     # try in fresh folders must then match; a real resume bug fails both.
     try:
-        rows = _kill_and_rerun(tmp_path / "try1", mode)
+        rows, killed = _kill_and_rerun(tmp_path / "try1", mode)
     except AssertionError as first:
         warnings.warn(f"first try differed ({str(first).splitlines()[0][:300]}); trying again", stacklevel=1)
-        rows = _kill_and_rerun(tmp_path / "try2", mode)
-    killed = tmp_path / ("try2" if (tmp_path / "try2").exists() else "try1") / "killed"
+        rows, killed = _kill_and_rerun(tmp_path / "try2", mode)
     assert [row["step"] for row in rows] == list(range(STEPS + 1))  # and the final evaluation's line
     trained = [row for row in rows if "optim/num_datums" in row]
     assert len(trained) == STEPS and all(row["optim/num_datums"] == 6.0 for row in trained)
