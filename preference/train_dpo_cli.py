@@ -34,7 +34,7 @@ DATASETS = {
     "hhh": "preference.datasets:HHHComparisonBuilder",
     "helpsteer3": "preference.datasets:HelpSteer3ComparisonBuilder",
     "ultrafeedback": "preference.datasets:UltraFeedbackComparisonBuilder",
-    "arithmetic": "preference.arithmetic:ArithmeticComparisonBuilder",
+    "arithmetic": "recipes.arithmetic.comparisons:ArithmeticComparisonBuilder",
 }
 
 

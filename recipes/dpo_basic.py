@@ -3,7 +3,7 @@
 Run: `python -m recipes.dpo_basic` (any `key=value` of `preference.train_dpo.Config` overrides a
 default, e.g. `learning_rate=3e-4 dataset_builder.batch_size=8`, or `backend=tinker model_name=...`).
 
-The data is generated in code (`preference.arithmetic`): "What is 17 + 25?" answered "17 + 25 = 42"
+The data is generated in code (`recipes.arithmetic.comparisons`): "What is 17 + 25?" answered "17 + 25 = 42"
 (chosen) or "17 + 25 = 43" (rejected, off by 1, 2 or 3). Every `eval_every` steps the loop scores
 the held-out pairs, whose problems never appear in training: `test/accuracy` is the fraction where
 the policy raised the correct answer's likelihood (relative to the frozen starting model) more than
@@ -18,8 +18,8 @@ Swap in your own comparisons with
 import chz
 
 from preference import train_dpo
-from preference.arithmetic import ArithmeticComparisonBuilder
 from preference.data import DPODatasetBuilder
+from recipes.arithmetic.comparisons import ArithmeticComparisonBuilder
 from recipes_lib.cli import run_recipe
 from recipes_lib.paths import SMOLLM2_NAME
 

@@ -18,12 +18,12 @@ offline but rarely solves these problems; pass a larger `model_name` for real tr
 import chz
 from chz.blueprint import Reference
 
+from recipes.math.gsm8k import Gsm8kDatasetBuilder
+from recipes.math.math_env import MathDatasetBuilder
 from recipes_lib.choices import Entry, NamedChoice, Preset
 from recipes_lib.cli import run_recipe
 from recipes_lib.paths import SMOLLM2_NAME
 from rl import train
-from rl.envs.gsm8k import Gsm8kDatasetBuilder
-from rl.math_env import MathDatasetBuilder
 from rl.types import RLDatasetBuilder
 
 LOG_PATH = "/tmp/recipes-examples/math_rl"

@@ -19,12 +19,12 @@ written to `<log_path>/rollouts/`. `env=` picks the task and `env.<key>=...` set
 import chz
 from chz.blueprint import Reference
 
+from recipes.arithmetic.env import ArithmeticDatasetBuilder
+from recipes.guess_number.env import GuessNumberDatasetBuilder
 from recipes_lib.choices import Entry, NamedChoice, Preset
 from recipes_lib.cli import run_recipe
 from recipes_lib.paths import SMOLLM2_NAME
 from rl import train
-from rl.envs.arithmetic import ArithmeticDatasetBuilder
-from rl.envs.guess_number import GuessNumberDatasetBuilder
 from rl.types import RLDatasetBuilder
 
 LOG_PATH = "/tmp/recipes-examples/rl_basic"
@@ -33,7 +33,7 @@ ENVS: dict[str, Entry] = {
     "arithmetic": Preset(ArithmeticDatasetBuilder, n_batches=60, test_size=100,
                          format_coef=0.0),  # lenient: only the sum counts
     "guess_number": Preset(GuessNumberDatasetBuilder, n_batches=60),
-    "gsm8k": "rl.envs.gsm8k:Gsm8kDatasetBuilder",
+    "gsm8k": "recipes.math.gsm8k:Gsm8kDatasetBuilder",
 }
 # Per environment: the most tokens per turn, and how often to evaluate (gsm8k: its test set is slow).
 MAX_TOKENS = {ArithmeticDatasetBuilder: 16, GuessNumberDatasetBuilder: 8}

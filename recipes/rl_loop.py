@@ -15,6 +15,7 @@ import time
 import chz
 from tinker import types
 
+from recipes.arithmetic.env import ArithmeticDatasetBuilder
 from recipes_lib.backends import make_service_client
 from recipes_lib.checkpoints import create_or_resume_training_client, save_checkpoint
 from recipes_lib.cli import LogdirBehavior, run_recipe, start_run
@@ -24,7 +25,6 @@ from recipes_lib.paths import SMOLLM2_NAME
 from recipes_lib.summary import setup_logging
 from rl.advantages import compute_advantages, remove_constant_reward_groups
 from rl.data import assemble_training_data
-from rl.envs.arithmetic import ArithmeticDatasetBuilder
 from rl.metrics import compute_kl_sample_train, compute_trajectory_metrics
 from rl.rollouts import do_group_rollout
 

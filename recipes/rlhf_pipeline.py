@@ -22,7 +22,6 @@ learns which is preferred, and RL moves the policy toward it.
 import chz
 
 from eval.evaluators import EvaluatorBuilder
-from preference.arithmetic import ArithmeticComparisonBuilder
 from preference.data import ChosenCompletionsBuilder
 from preference.datasets import ComparisonDatasetBuilder
 from preference.envs import PairwisePreferenceRLDatasetBuilder, TournamentPattern, WinRateEvaluatorBuilder
@@ -32,6 +31,7 @@ from preference.reward_model import (
     PreferenceChatDatasetBuilder,
     PreferenceModelBuilder,
 )
+from recipes.arithmetic.comparisons import ArithmeticComparisonBuilder
 from recipes_lib.cli import LogdirBehavior, run_recipe
 from recipes_lib.config import BackendConfig, backend_field
 from recipes_lib.paths import SMOLLM2_NAME

@@ -19,13 +19,15 @@ import chz
 from chz.blueprint import Reference
 
 from eval.evaluators import EvaluatorBuilder
+from recipes.number_words.dataset import NumberWordsBuilder
+from recipes.number_words.evaluator import NumberWordsExactMatchBuilder
 from recipes_lib.choices import Factory, NamedChoice, Preset, resolve
 from recipes_lib.cli import run_recipe
 from recipes_lib.hyperparams import get_lr
 from recipes_lib.paths import SMOLLM2_NAME
 from supervised import train
 from supervised.datasets import FromConversationFileBuilder
-from supervised.number_words import SYSTEM_PROMPT, NumberWordsBuilder, NumberWordsExactMatchBuilder
+from supervised.number_words import SYSTEM_PROMPT
 from supervised.types import ChatDatasetBuilderCommonConfig, SupervisedDatasetBuilder
 
 LOG_PATH = "/tmp/recipes-examples/sl_basic"

@@ -11,9 +11,9 @@
 
     arithmetic        sums of two integers (offline)
     gsm8k             grade-school word problems (`openai/gsm8k`; `env.train_file=...` for local copies)
-    math              Hendrycks MATH, graded on \\boxed{} (`rl.math_env`)
+    math              Hendrycks MATH, graded on \\boxed{} (`recipes.math.math_env`)
     guess_number      a multi-turn game: find the hidden number from "higher"/"lower" (offline)
-    twenty_questions  a multi-turn game against an answering model (`rl.envs.twenty_questions`)
+    twenty_questions  a multi-turn game against an answering model (`recipes.twenty_questions.env`)
     hhh               the RLHF stage: replies to Anthropic HH prompts compared pairwise by a trained
                       preference model (`supervised.train_cli dataset=hhh` trains one)
 
@@ -34,11 +34,11 @@ from rl import train
 from rl.types import RLDatasetBuilder
 
 ENVS: dict[str, Entry] = {
-    "arithmetic": "rl.envs.arithmetic:ArithmeticDatasetBuilder",
-    "gsm8k": "rl.envs.gsm8k:Gsm8kDatasetBuilder",
-    "math": "rl.math_env:MathDatasetBuilder",
-    "guess_number": "rl.envs.guess_number:GuessNumberDatasetBuilder",
-    "twenty_questions": "rl.envs.twenty_questions:TwentyQuestionsDatasetBuilder",
+    "arithmetic": "recipes.arithmetic.env:ArithmeticDatasetBuilder",
+    "gsm8k": "recipes.math.gsm8k:Gsm8kDatasetBuilder",
+    "math": "recipes.math.math_env:MathDatasetBuilder",
+    "guess_number": "recipes.guess_number.env:GuessNumberDatasetBuilder",
+    "twenty_questions": "recipes.twenty_questions.env:TwentyQuestionsDatasetBuilder",
     "hhh": Preset("preference.envs:PairwisePreferenceRLDatasetBuilder",
                   comparison_builder=Preset("preference.datasets:HHHComparisonBuilder")),
 }

@@ -1,62 +1,106 @@
-"""Training data for the number-to-words task (`eval.number_words`): conversations rendered to datums.
+"""The number-to-words task, a chat skill a 135M model learns in minutes on a CPU.
 
-The task itself (numbers, split, prompts, references, the exact-match evaluator) lives in
-`eval.number_words`, below the training pipelines, so that the Inspect task and the inline evaluator
-read it without importing a pipeline; its names are re-exported here for the recipes.
+    system:    Answer in words.
+    user:      Write 4072 in words.
+    assistant: four thousand seventy-two
+
+The short system prompt replaces the 15-token one SmolLM2's template adds when there is none:
+examples are a third shorter, so a step is faster at the same accuracy (docs/findings.md).
+`system_prompt=None` restores the default.
+
+American style: no "and", tens hyphenated ("seventy-two"), numbers 1 to 9999. Training and
+held-out numbers are disjoint. Training numbers are drawn with the four magnitudes (1-9, 10-99,
+100-999, 1000-9999) equally likely. Held-out numbers are drawn equally from 20-99, 100-999 and
+1000-9999: the numbers 1-19 all stay in training, because each is a word of its own ("three",
+"eleven") that no other number's answer spells out alone, so a model cannot infer it; held out,
+they measure memory, not the rule. (A first run of this recipe, with them held out, lost 11
+and 13, answering "teneen".)
+
+The rest of the task (its SFT dataset builder, exact-match evaluator and Inspect task) lives in
+`recipes/number_words/`. These pure functions stay below the pipelines only because
+`distillation.datasets.NumberWordsPromptsBuilder` reads them; they follow it into the task folder
+when that builder moves there.
 """
 
-import chz
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from eval.number_words import (
-    HELDOUT_MAGNITUDES,
-    SYSTEM_PROMPT,
-    NumberWordsExactMatchBuilder,
-    conversation,
-    heldout_examples,
-    number_to_words,
-    prompt_messages,
-    split_numbers,
-)
-from recipes_lib.exceptions import ConfigurationError
-from supervised.datums import conversation_to_datum
-from supervised.types import ChatDatasetBuilder, DatumListDataset
+import numpy as np
 
-__all__ = [
-    "SYSTEM_PROMPT",
-    "NumberWordsBuilder",
-    "NumberWordsExactMatchBuilder",
-    "conversation",
-    "heldout_examples",
-    "number_to_words",
-    "prompt_messages",
-    "split_numbers",
-]
+from eval.sampling import ReferenceExample
+from renderers import Message
+
+ONES = ("", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+        "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")
+TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+TRAIN_MAGNITUDES = ((1, 9), (10, 99), (100, 999), (1000, 9999))
+HELDOUT_MAGNITUDES = ((20, 99), (100, 999), (1000, 9999))
+SYSTEM_PROMPT = "Answer in words."
 
 
-@chz.chz
-class NumberWordsBuilder(ChatDatasetBuilder):
-    """Train on number-to-words conversations; the test split is the held-out numbers."""
+def number_to_words(n: int) -> str:
+    """`n` in American English words: 4072 -> "four thousand seventy-two" (1 <= n <= 9999)."""
+    if not 1 <= n <= 9999:
+        raise ValueError(f"number_to_words covers 1..9999, got {n}")
+    thousands, rest = divmod(n, 1000)
+    hundreds, below_hundred = divmod(rest, 100)
+    words = []
+    if thousands:
+        words.append(f"{ONES[thousands]} thousand")
+    if hundreds:
+        words.append(f"{ONES[hundreds]} hundred")
+    if below_hundred:
+        words.append(_below_hundred(below_hundred))
+    return " ".join(words)
 
-    # Training conversations (steps per epoch = num_train // batch_size).
-    num_train: int = 3200
-    # Held-out numbers for test/nll and exact match; never trained on.
-    num_heldout: int = 48
-    # Seed of the number draw (the split is a pure function of these three fields).
-    seed: int = 0
-    # None: no system message, so the model's template adds its default one (SmolLM2's is longer).
-    system_prompt: str | None = SYSTEM_PROMPT
 
-    @chz.validate
-    def _check_sizes(self) -> None:
-        if self.num_heldout > sum(high - low + 1 for low, high in HELDOUT_MAGNITUDES) or self.num_heldout < 0:
-            raise ConfigurationError(f"num_heldout={self.num_heldout} is outside 0..9980.")
+def _below_hundred(n: int) -> str:
+    if n < 20:
+        return ONES[n]
+    tens, ones = divmod(n, 10)
+    return TENS[tens] + (f"-{ONES[ones]}" if ones else "")
 
-    def __call__(self) -> tuple[DatumListDataset, DatumListDataset | None]:
-        split = split_numbers(self.num_train, self.num_heldout, self.seed)
-        common = self.common_config
-        train = [conversation_to_datum(conversation(n, self.system_prompt), self.renderer, common.max_length,
-                                       common.resolved_train_on_what) for n in split.train_N]
-        test = [conversation_to_datum(conversation(n, self.system_prompt), self.renderer, common.max_length,
-                                      common.resolved_train_on_what) for n in split.heldout_H]
-        test_set = DatumListDataset(test, batch_size=max(1, len(test))) if test else None
-        return DatumListDataset(train, common.batch_size, shuffle_seed=self.seed), test_set
+
+def prompt_messages(n: int, system_prompt: str | None = None) -> list[Message]:
+    """The conversation that asks for `n` in words (with an optional system message first)."""
+    system = [Message(role="system", content=system_prompt)] if system_prompt else []
+    return system + [Message(role="user", content=f"Write {n} in words.")]
+
+
+def conversation(n: int, system_prompt: str | None = None) -> list[Message]:
+    """The prompt for `n` and its reference answer."""
+    return prompt_messages(n, system_prompt) + [Message(role="assistant", content=number_to_words(n))]
+
+
+@dataclass(frozen=True)
+class NumberSplit:
+    """Disjoint training and held-out numbers."""
+
+    train_N: list[int]
+    heldout_H: list[int]
+
+
+def split_numbers(num_train: int, num_heldout: int, seed: int = 0) -> NumberSplit:
+    """Draw `num_heldout` distinct held-out numbers, then `num_train` training numbers (repeats
+    allowed) that avoid them, each magnitude equally likely (see the module docstring).
+
+    The held-out numbers are drawn first, so they depend only on `num_heldout` and `seed`.
+    """
+    rng = np.random.default_rng(seed)
+    per_magnitude = np.array_split(np.arange(num_heldout), len(HELDOUT_MAGNITUDES))
+    heldout: list[int] = []
+    for (low, high), share in zip(HELDOUT_MAGNITUDES, per_magnitude):
+        heldout += rng.choice(np.arange(low, high + 1), size=len(share), replace=False).tolist()
+    excluded = set(heldout)
+    train: list[int] = []
+    while len(train) < num_train:
+        low, high = TRAIN_MAGNITUDES[rng.integers(len(TRAIN_MAGNITUDES))]
+        n = int(rng.integers(low, high + 1))
+        if n not in excluded:
+            train.append(n)
+    return NumberSplit(train_N=train, heldout_H=sorted(heldout))
+
+
+def heldout_examples(numbers: Sequence[int], system_prompt: str | None = None) -> list[ReferenceExample]:
+    """Prompts and reference answers for `numbers`."""
+    return [ReferenceExample(prompt_messages(n, system_prompt), number_to_words(n)) for n in numbers]

@@ -498,5 +498,5 @@ def test_the_new_rl_settings_parse_from_the_command_line() -> None:
     config = config_from_argv(chz.Blueprint(train.Config), [
         "log_path=x", "model_name=m", "learning_rate=1e-3", "max_tokens=2", "rollout_limits.max_turns=4",
         "rollout_limits.timeout_s=9", "max_steps_without_signal=0",
-        "dataset_builder=rl.envs.arithmetic:ArithmeticDatasetBuilder", "dataset_builder.model_name_for_tokenizer=m"])
+        "dataset_builder=recipes.arithmetic.env:ArithmeticDatasetBuilder", "dataset_builder.model_name_for_tokenizer=m"])
     assert config.rollout_limits == RolloutLimits(max_turns=4, timeout_s=9.0) and config.max_steps_without_signal == 0

@@ -1,7 +1,7 @@
 """Small offline Inspect tasks the team wrote, and task-name resolution for the eval commands.
 
-    arithmetic        "What is 23 + 45?"; graded on the last integer of the answer
-    number_to_words   the supervised demo's held-out numbers; exact match (as test/exact_match)
+    arithmetic        "What is 23 + 45?"; graded on the last integer of the answer (recipes/arithmetic/)
+    number_to_words   the supervised demo's held-out numbers; exact match (recipes/number_words/)
     qa                20 short general-knowledge questions; the answer must contain the target
     qa_judged         the same questions, graded by a model (LLM as judge; default: the model itself)
 
@@ -11,6 +11,7 @@ since its datasets download), and `path/to/file.py[@task]` files. Anything else 
 lists the choices.
 """
 
+import importlib
 import importlib.util
 import inspect
 from collections.abc import Callable, Mapping, Sequence
@@ -19,14 +20,14 @@ from typing import Any
 
 from inspect_ai import Task
 
-from eval.tasks.arithmetic import arithmetic
-from eval.tasks.number_to_words import number_to_words
 from eval.tasks.qa import qa, qa_judged
 from recipes_lib.exceptions import ConfigurationError
 
-TASKS: dict[str, Callable[..., Task]] = {
-    "arithmetic": arithmetic,
-    "number_to_words": number_to_words,
+# A task folder's Inspect task is named as "module:function" (recipes/ is the layer above eval),
+# imported only when the task is asked for.
+TASKS: dict[str, str | Callable[..., Task]] = {
+    "arithmetic": "recipes.arithmetic.inspect_task:arithmetic",
+    "number_to_words": "recipes.number_words.inspect_task:number_to_words",
     "qa": qa,
     "qa_judged": qa_judged,
 }
@@ -50,9 +51,18 @@ def resolve_tasks(names: Sequence[str | Task], task_args: Mapping[str, Any] | No
     return [name if isinstance(name, Task) else _resolve(name, task_args) for name in names]
 
 
+def task_factory(name: str) -> Callable[..., Task]:
+    """The function that builds our task `name` (a task folder's is imported now)."""
+    factory = TASKS[name]
+    if isinstance(factory, str):
+        module_name, _, attribute = factory.partition(":")
+        factory = getattr(importlib.import_module(module_name), attribute)
+    return factory
+
+
 def _resolve(name: str, task_args: dict[str, Any]) -> TaskSpec:
     if name in TASKS:
-        factory = TASKS[name]
+        factory = task_factory(name)
         return factory(**_accepted(factory, task_args))
     if name.split("@")[0].endswith(".py"):
         if not Path(name.split("@")[0]).exists():
@@ -87,7 +97,7 @@ def _convert(value: Any, default: Any) -> Any:
 
 
 def _check_args_used(names: Sequence[str | Task], task_args: Mapping[str, Any]) -> None:
-    ours = [TASKS[name] for name in names if isinstance(name, str) and name in TASKS]
+    ours = [task_factory(name) for name in names if isinstance(name, str) and name in TASKS]
     if len(ours) < len(names):
         return  # Inspect passes task_args on to the tasks it resolves; it decides what they take
     accepted = {key for factory in ours for key in inspect.signature(factory).parameters}

@@ -23,10 +23,10 @@ that wins some games before training is needed: a larger instruction model (`mod
 import chz
 from chz.blueprint import Reference
 
+from recipes.twenty_questions.env import TwentyQuestionsDatasetBuilder
 from recipes_lib.cli import run_recipe
 from recipes_lib.paths import SMOLLM2_NAME
 from rl import train
-from rl.envs.twenty_questions import TwentyQuestionsDatasetBuilder
 
 LOG_PATH = "/tmp/recipes-examples/twenty_questions"
 

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 
-from eval.number_words import SYSTEM_PROMPT, conversation, number_to_words
 from recipes_lib.bench.data import (
     TokenBatch,
     bench_numbers,
@@ -14,6 +13,7 @@ from recipes_lib.bench.data import (
 from recipes_lib.bench.data import number_to_words as bench_number_to_words
 from renderers import get_renderer
 from supervised.datums import conversation_to_datum
+from supervised.number_words import SYSTEM_PROMPT, conversation, number_to_words
 
 
 def test_number_to_words_is_the_tasks() -> None:

@@ -12,7 +12,7 @@ from inspect_ai.solver import generate
 
 from eval.inspect_evaluator import InspectEvaluatorBuilder, metrics_from_logs
 from eval.tasks.scorers import exact_answer
-from supervised.number_words import NumberWordsBuilder
+from recipes.number_words.dataset import NumberWordsBuilder
 from supervised.train import Config, main
 from supervised.types import ChatDatasetBuilderCommonConfig
 from tests.eval.fakes import TINY, ScriptedSamplingClient

@@ -11,12 +11,13 @@ from inspect_ai.solver import TaskState
 
 from eval.inspect_evaluator import InspectEvaluatorBuilder
 from eval.tasks import resolve_tasks, task_names
-from eval.tasks.arithmetic import arithmetic
-from eval.tasks.number_to_words import number_to_words
 from eval.tasks.qa import QUESTIONS, qa, qa_judged
 from eval.tasks.scorers import exact_answer, final_integer, last_integer
+from recipes.arithmetic.inspect_task import arithmetic
+from recipes.number_words.evaluator import NumberWordsExactMatchBuilder
+from recipes.number_words.inspect_task import number_to_words
 from recipes_lib.exceptions import ConfigurationError
-from supervised.number_words import NumberWordsExactMatchBuilder, heldout_examples, split_numbers
+from supervised.number_words import heldout_examples, split_numbers
 from tests.eval.fakes import ScriptedSamplingClient
 
 

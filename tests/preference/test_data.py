@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from tinker import types
 
-from preference.arithmetic import ArithmeticComparisonBuilder
 from preference.data import (
     ChosenCompletionsBuilder,
     DPODatasetBuilder,
@@ -16,6 +15,7 @@ from preference.data import (
     pairs_to_datums,
 )
 from preference.types import Comparison, LabeledComparison
+from recipes.arithmetic.comparisons import ArithmeticComparisonBuilder
 from recipes_lib.exceptions import DataFormatError
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import Renderer, get_renderer

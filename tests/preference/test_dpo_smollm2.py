@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from preference.arithmetic import ArithmeticComparisonBuilder
 from preference.data import DPODatasetBuilder
 from preference.train_dpo import Config, main
+from recipes.arithmetic.comparisons import ArithmeticComparisonBuilder
 from recipes_lib.logging import read_metrics
 from recipes_lib.paths import SMOLLM2_NAME
 

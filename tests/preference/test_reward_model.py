@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from preference.arithmetic import ArithmeticComparisonBuilder
 from preference.reward_model import (
     PreferenceChatDatasetBuilder,
     PreferenceModelFromChatRenderer,
@@ -17,6 +16,7 @@ from preference.reward_model import (
     training_comparisons,
 )
 from preference.types import Comparison, LabeledComparison
+from recipes.arithmetic.comparisons import ArithmeticComparisonBuilder
 from recipes_lib.backends.local.models import load_base_model
 from recipes_lib.exceptions import DataFormatError
 from recipes_lib.tokenizers import get_tokenizer

@@ -8,10 +8,10 @@ import pytest
 import torch
 from tinker import types
 
-from preference.arithmetic import ArithmeticComparisonBuilder
 from preference.data import DPODatasetBuilder, pairs_to_datums
 from preference.reference import ReferenceScorer, full_sequence
 from preference.train_dpo import Config, dpo_loss_fn, main
+from recipes.arithmetic.comparisons import ArithmeticComparisonBuilder
 from recipes_lib.config import BackendConfig
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.logging import read_metrics

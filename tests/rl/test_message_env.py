@@ -4,10 +4,10 @@ import asyncio
 
 import pytest
 
+from recipes.guess_number.env import GuessNumberEnv, make_game, partner_reply
 from recipes_lib.exceptions import DataFormatError
 from renderers import Message, Renderer, get_renderer
 from rl.data import trajectory_to_data
-from rl.envs.guess_number import GuessNumberEnv, make_game, partner_reply
 from rl.message_env import EnvFromMessageEnv, MessageEnv, MessageStepResult
 from rl.rollouts import do_single_rollout
 from tests.rl.fakes import ScriptedCompleter

@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
+from recipes.arithmetic.env import ArithmeticEnv
 from renderers import Message, Renderer, get_renderer
-from rl.envs.arithmetic import ArithmeticEnv
 from rl.problem_env import last_integer
 
 

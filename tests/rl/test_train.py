@@ -8,13 +8,13 @@ import pytest
 from tinker import types
 
 from examples import custom_env
+from recipes.arithmetic.env import ArithmeticDatasetBuilder
 from recipes_lib.checkpoints import load_checkpoints
 from recipes_lib.config import BackendConfig
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.logging import read_metrics
 from rl import train
 from rl.dataset import ListRLDataset, RepeatedEnvGroupBuilder
-from rl.envs.arithmetic import ArithmeticDatasetBuilder
 from rl.rollouts import RolloutError, RolloutLimits
 from rl.types import RLDatasetBuilder
 from tests.rl.fakes import EchoEnv, FailingEnv, FakeDatasetBuilder, NanRewardEnv, dataset_of

@@ -7,6 +7,7 @@ import pandas
 import pytest
 
 from recipes import sl_basic
+from recipes.number_words.dataset import NumberWordsBuilder
 from recipes_lib import cli
 from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import CheckpointRecord, load_checkpoints
@@ -14,7 +15,6 @@ from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.hyperparams import get_lr
 from supervised import train
 from supervised.datasets import FromConversationFileBuilder, HuggingFaceChatBuilder
-from supervised.number_words import NumberWordsBuilder
 
 TINY = ["model_name=recipes/tiny-llama", "dataset.num_train=24",
         "dataset.num_heldout=6", "dataset.common_config.batch_size=4", "evaluator_builders.0.max_tokens=4"]

@@ -19,11 +19,11 @@ from typing import Any
 
 import chz
 
+from recipes.math.math_env import ConvoPrefix, convo_prefix_messages
 from recipes_lib.exceptions import DataFormatError
 from recipes_lib.hub_data import load_hub_split, load_jsonl_split
 from renderers import Message, Renderer
 from rl.dataset import ListRLDataset, TaskDatasetBuilder
-from rl.math_env import ConvoPrefix, convo_prefix_messages
 from rl.problem_env import ProblemEnv, ProblemGroupBuilder
 from rl.types import RLDataset
 
@@ -111,7 +111,7 @@ class Gsm8kDatasetBuilder(TaskDatasetBuilder):
     # Test problems to evaluate on (the split has 1,319; None: all).
     max_test_problems: int | None = 100
     format_coef: float = 0.1
-    # "standard": a worked one-shot example before each problem (rl.math_env's), showing the \boxed{} format.
+    # "standard": a worked one-shot example before each problem (recipes.math.math_env's), showing the \boxed{} format.
     convo_prefix: ConvoPrefix | None = None
     seed: int = 0
     hf_path: str = "openai/gsm8k"

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes_lib.exceptions import ConfigurationError, DataFormatError
-from renderers import Message, Renderer, get_renderer
-from rl.envs.twenty_questions import (
+from recipes.twenty_questions.env import (
     TEST_WORDS_FILE,
     TRAIN_WORDS_FILE,
     TwentyQuestionsDatasetBuilder,
@@ -22,6 +20,8 @@ from rl.envs.twenty_questions import (
     parse_guess,
     player_instructions,
 )
+from recipes_lib.exceptions import ConfigurationError, DataFormatError
+from renderers import Message, Renderer, get_renderer
 from rl.rollouts import do_single_rollout
 from tests.rl.fakes import ScriptedCompleter
 

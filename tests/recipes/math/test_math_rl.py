@@ -5,12 +5,12 @@ from pathlib import Path
 import pytest
 
 from recipes import math_rl
+from recipes.math.gsm8k import Gsm8kDatasetBuilder
 from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import load_checkpoints
 from recipes_lib.logging import read_metrics
-from rl.envs.gsm8k import Gsm8kDatasetBuilder
 
-FIXTURES = Path(__file__).parents[1] / "rl" / "fixtures"
+FIXTURES = Path(__file__).parent / "fixtures"
 TINY = ["model_name=recipes/tiny-llama", "max_steps=2", "max_tokens=4", "eval_every=2",
         "remove_constant_reward_groups=false", "env.batch_size=2", "env.group_size=2",
         "env.max_test_problems=2"]

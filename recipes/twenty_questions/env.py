@@ -41,8 +41,8 @@ from rl.dataset import ListRLDataset, RepeatedEnvGroupBuilder, TaskDatasetBuilde
 from rl.message_env import EnvFromMessageEnv, MessageEnv, MessageStepResult
 from rl.types import Env, EnvGroupBuilder, RLDataset
 
-TRAIN_WORDS_FILE = "twenty_questions_train.txt"
-TEST_WORDS_FILE = "twenty_questions_test.txt"
+TRAIN_WORDS_FILE = "train_words.txt"
+TEST_WORDS_FILE = "test_words.txt"
 TAG = "twenty_questions"
 
 _WORD = re.compile(r"[a-z]+")
@@ -168,7 +168,7 @@ def load_words(path: str | Path | None, default_file: str) -> list[str]:
     """The words of a list file (one lower-case word a line; blank lines and `#` comments skipped);
     `path=None` reads the shipped `default_file`."""
     if path is None:
-        source = importlib.resources.files("rl.envs").joinpath(default_file)
+        source = importlib.resources.files("recipes.twenty_questions").joinpath(default_file)
         name, text = default_file, source.read_text(encoding="utf-8")
     else:
         if not Path(path).is_file():

@@ -1,13 +1,11 @@
-"""rl.math_env: box extraction, math-verify equivalence, the env's reward, and the dataset builder offline."""
+"""recipes.math.math_env: box extraction, math-verify equivalence, the env's reward, and the dataset builder offline."""
 
 import asyncio
 from pathlib import Path
 
 import pytest
 
-from recipes_lib.exceptions import ConfigurationError, DataFormatError
-from renderers import Message, get_renderer
-from rl.math_env import (
+from recipes.math.math_env import (
     INSTRUCTION,
     MathDatasetBuilder,
     MathEnv,
@@ -16,6 +14,8 @@ from rl.math_env import (
     last_boxed,
     standard_convo_prefix,
 )
+from recipes_lib.exceptions import ConfigurationError, DataFormatError
+from renderers import Message, get_renderer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = "recipes/tiny-llama"
@@ -141,7 +141,7 @@ def test_builder_checks() -> None:
 
 
 def test_gsm8k_takes_the_standard_prefix_too() -> None:
-    from rl.envs.gsm8k import Gsm8kDatasetBuilder
+    from recipes.math.gsm8k import Gsm8kDatasetBuilder
 
     files = {"train_file": str(FIXTURES / "gsm8k_train.jsonl"), "test_file": str(FIXTURES / "gsm8k_test.jsonl")}
     train, _ = asyncio.run(Gsm8kDatasetBuilder(model_name_for_tokenizer=TINY, batch_size=1, convo_prefix="standard",

@@ -1,7 +1,7 @@
 """`number_to_words`: the supervised demo's held-out numbers ("Write 4072 in words.").
 
 The numbers, prompts, references, decoding (greedy, the same token budget) and grading (exact match up to
-surrounding whitespace) are those of `eval.number_words`, so with the same `num_heldout`,
+surrounding whitespace) are those of `recipes.number_words.evaluator`, so with the same `num_heldout`,
 `seed` and `system_prompt` as a run's `NumberWordsBuilder` (and the same version of its split),
 this task's accuracy is an offline re-measurement of that run's inline `test/exact_match`.
 `numbers="21,507,4072"` evaluates exactly those numbers instead, e.g. the ones a run's own Inspect
@@ -15,9 +15,10 @@ from inspect_ai.dataset import MemoryDataset, Sample
 from inspect_ai.model import ChatMessage, ChatMessageSystem, ChatMessageUser, GenerateConfig
 from inspect_ai.solver import generate
 
-from eval.number_words import NumberWordsExactMatchBuilder, heldout_examples, split_numbers
 from eval.tasks.scorers import exact_answer
+from recipes.number_words.evaluator import NumberWordsExactMatchBuilder
 from recipes_lib.exceptions import ConfigurationError
+from supervised.number_words import heldout_examples, split_numbers
 
 # The inline evaluator's sampling budget, read from its default so the two cannot drift apart.
 MAX_TOKENS = NumberWordsExactMatchBuilder(model_name="unused").max_tokens

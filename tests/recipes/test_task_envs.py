@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
+from recipes.arithmetic.env import ArithmeticDatasetBuilder, split_problems
+from recipes.guess_number.env import GuessNumberDatasetBuilder
+from recipes.math.gsm8k import Gsm8kDatasetBuilder, final_answer, reference_answer
 from recipes_lib.exceptions import ConfigurationError, DataFormatError
-from rl.envs.arithmetic import ArithmeticDatasetBuilder, split_problems
-from rl.envs.gsm8k import Gsm8kDatasetBuilder, final_answer, reference_answer
-from rl.envs.guess_number import GuessNumberDatasetBuilder
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent / "math" / "fixtures"
 TINY = "recipes/tiny-llama"
 
 

@@ -4,13 +4,9 @@ import collections
 
 import pytest
 
-from supervised.number_words import (
-    NumberWordsBuilder,
-    NumberWordsExactMatchBuilder,
-    conversation,
-    number_to_words,
-    split_numbers,
-)
+from recipes.number_words.dataset import NumberWordsBuilder
+from recipes.number_words.evaluator import NumberWordsExactMatchBuilder
+from supervised.number_words import conversation, number_to_words, split_numbers
 from supervised.types import ChatDatasetBuilderCommonConfig
 
 

@@ -1,0 +1,1 @@
+"""The arithmetic task: its data, environment or dataset builder, evaluators and Inspect task."""
