@@ -19,7 +19,7 @@ import chz
 
 from preference import train_dpo
 from preference.data import DPODatasetBuilder
-from recipes.arithmetic.comparisons import ArithmeticComparisonBuilder
+from recipes.comparisons import MeasuredArithmeticComparisons
 from recipes_lib.cli import run_recipe
 from recipes_lib.paths import SMOLLM2_NAME
 
@@ -32,10 +32,7 @@ def build_config() -> chz.Blueprint[train_dpo.Config]:
             "model_name": SMOLLM2_NAME,
             # Nested keys, not an object, so `dataset_builder.batch_size=8` still overrides one field.
             "dataset_builder": DPODatasetBuilder,
-            "dataset_builder.comparison_builder": ArithmeticComparisonBuilder,
-            "dataset_builder.comparison_builder.num_train": 384,
-            "dataset_builder.comparison_builder.num_test": 128,
-            "dataset_builder.comparison_builder.max_operand": 50,
+            "dataset_builder.comparison_builder": MeasuredArithmeticComparisons,
             "dataset_builder.batch_size": 16,
             "dataset_builder.max_length": 128,
             # LoRA on a 135M model wants a far larger step than full fine-tuning of a big one.

@@ -72,6 +72,9 @@ def _invalid_value(blueprint: chz.Blueprint[T], args: list[str], message: str) -
     if given is None:
         return None
     value, key = given.groups()
+    unknown_name = re.search(r"\S+=\S+ is not one of [^\n]*", message)  # a name table's own message
+    if unknown_name is not None:
+        return unknown_name.group(0).rstrip(".") + "."
     cast = re.search(r"Could not cast '.*' to (.+)", message)
     wanted = cast.group(1).strip() if cast else ""
     literal = re.fullmatch(r"Literal\[(.*)\]", wanted)

@@ -13,7 +13,7 @@
 # Examples:
 #   scripts/sweep_lr.sh                                         # 4 x ~10 min on a 2-core CPU
 #   LRS="3e-4 1e-3 3e-3" scripts/sweep_lr.sh /tmp/sweep max_steps=60 eval_every=20
-#   scripts/sweep_lr.sh /tmp/sweep-file dataset=example_data/conversations.jsonl
+#   scripts/sweep_lr.sh /tmp/sweep-small dataset.num_train=640
 # On a machine with enough cores the runs can go in parallel terminals instead; the comparison
 # step only reads the folders.
 set -euo pipefail

@@ -128,7 +128,7 @@ class HuggingFaceChatBuilder(ChatDatasetBuilder):
 
     def _load(self, split: str) -> list[Sourced]:
         rows = load_hub_split(self.path, self.name, split,
-                              "Offline, train on a JSONL file of conversations (dataset=<file>.jsonl)")
+                              "Offline, train on a JSONL file of conversations (dataset=jsonl dataset.file_path=<file>.jsonl)")
         count = len(rows) if self.max_examples is None else min(len(rows), self.max_examples)
         where = [f"{self.path} [{split}] row {i}" for i in range(count)]
         return [(where[i], parse_conversation(rows[i], where[i], self.message_field)) for i in range(count)]

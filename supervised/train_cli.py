@@ -1,53 +1,33 @@
 """Supervised training of any model on any chat data, from the command line.
 
     python -m supervised.train_cli dataset=hhh model_name=Qwen/Qwen3-8B learning_rate=4e-4 log_path=/tmp/hhh-pm
-    python -m supervised.train_cli dataset=example_data/conversations.jsonl model_name=HuggingFaceTB/SmolLM2-135M-Instruct
-    python -m supervised.train_cli dataset=HuggingFaceH4/no_robots model_name=...   # needs the Hugging Face hub
+    python -m supervised.train_cli dataset=jsonl dataset.file_path=example_data/conversations.jsonl model_name=HuggingFaceTB/SmolLM2-135M-Instruct
+    python -m supervised.train_cli dataset=hub dataset.path=HuggingFaceH4/no_robots model_name=...   # needs the hub
     python -m supervised.train_cli --help                                           # every key, with its value
 
-`dataset=` picks the data:
+`dataset=` picks the data by name, from the table in `recipes/datasets.py`:
 
     hhh, helpsteer3, ultrafeedback   the pairwise preference model of the RLHF pipeline: each comparison
                                      is a question "which reply is better, A or B?" answered "A" or "B"
-                                     (`preference.reward_model.PreferenceChatDatasetBuilder`)
-    <file>.jsonl                     conversations, one {"messages": [...]} per line
-    <owner>/<name>                   a Hugging Face chat dataset with a `messages` column
+    jsonl                            conversations from a file, one {"messages": [...]} per line
+    hub                              a Hugging Face chat dataset with a `messages` column
+    number_words                     the offline demo's data (recipes/number_words/)
 
-and `dataset.<key>=...` sets that builder's own settings (`dataset.common_config.batch_size=8`,
-`dataset.comparison_builder.max_train=1000`). Every other key is a field of
-`supervised.train.Config`; `dataset_builder` follows `dataset`.
-
-The preference-model data lives in `preference`, a layer above this one: the table names it as a
-string, imported only when `dataset=hhh|helpsteer3|ultrafeedback` is chosen. This CLI is the one
-place `supervised` reaches up, because the Tinker docs put it here; the rest of the package does not.
+or any builder by its full name (`dataset=my_package.data:MyBuilder`), and `dataset.<key>=...` sets
+that builder's own settings (`dataset.file_path=my.jsonl`, `dataset.common_config.batch_size=8`,
+`dataset.comparison_builder.max_train=1000`). Every other key is a field of `supervised.train.Config`;
+`dataset_builder` follows `dataset`. The names live in `recipes`, the top layer, where the tasks are:
+chz imports that table only when `dataset=` is read.
 """
 
-from pathlib import Path
-
 import chz
-from chz.blueprint import Reference
+from chz.blueprint import Castable, Reference
 
-from recipes_lib.choices import Factory, NamedChoice, Preset, resolve
 from recipes_lib.cli import run_recipe
 from supervised import train
 from supervised.types import SupervisedDatasetBuilder
 
-_PREFERENCE_DATA = "preference.reward_model:PreferenceChatDatasetBuilder"
-DATASETS = {
-    "hhh": Preset(_PREFERENCE_DATA, comparison_builder=Preset("preference.datasets:HHHComparisonBuilder")),
-    "helpsteer3": Preset(_PREFERENCE_DATA, comparison_builder=Preset("preference.datasets:HelpSteer3ComparisonBuilder")),
-    "ultrafeedback": Preset(_PREFERENCE_DATA,
-                            comparison_builder=Preset("preference.datasets:UltraFeedbackComparisonBuilder")),
-}
-
-
-def _file_or_hub(value: str) -> Factory | None:
-    """`dataset=<file>.jsonl` reads conversations from the file; `<owner>/<name>` loads a hub dataset."""
-    if value.endswith(".jsonl") or Path(value).is_file():
-        return resolve(Preset("supervised.datasets:FromConversationFileBuilder", file_path=value))
-    if value.count("/") == 1 and not Path(value).exists():
-        return resolve(Preset("supervised.datasets:HuggingFaceChatBuilder", path=value))
-    return None
+DATASET_TABLE = "recipes.datasets"  # the module whose names `dataset=` looks up
 
 
 @chz.chz
@@ -55,9 +35,8 @@ class Config(train.Config):
     """`supervised.train.Config` with the data chosen by name (see the module docstring)."""
 
     dataset: SupervisedDatasetBuilder = chz.field(
-        meta_factory=NamedChoice("dataset", DATASETS, default="hhh", other=_file_or_hub,
-                                 other_help="a conversations .jsonl file or a Hugging Face dataset id (owner/name)"),
-        doc="hhh | helpsteer3 | ultrafeedback (preference-model data) | <file>.jsonl | <owner>/<name> (hub)")
+        meta_factory=chz.factories.function(default_module=DATASET_TABLE),
+        doc="hhh | helpsteer3 | ultrafeedback | jsonl | hub | number_words | <module>:<Builder>")
 
 
 def build_config() -> chz.Blueprint[Config]:
@@ -66,6 +45,7 @@ def build_config() -> chz.Blueprint[Config]:
     return chz.Blueprint(Config).apply({
         "log_path": "/tmp/recipes/supervised_train_cli",
         "renderer_name": None,  # set explicitly so the dataset can follow it
+        "dataset": Castable("hhh"),
         "dataset_builder": Reference("dataset"),
         f"{common}.model_name_for_tokenizer": Reference("model_name"),
         f"{common}.renderer_name": Reference("renderer_name"),

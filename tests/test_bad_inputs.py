@@ -24,16 +24,17 @@ from typing import Any
 import pytest
 import torch
 
-from recipes import dpo_basic, quickstart, rl_basic, sl_basic
+from recipes import dpo_basic, quickstart, rl_basic
 from recipes.prompt_distillation import create_data
 from recipes_lib.argv import config_from_argv
 from recipes_lib.cli import run_recipe
 from recipes_lib.logging import dump_config
+from supervised import train_cli as sl_cli
 from tests.run_module import run_as_main
 
 TINY = "recipes/tiny-llama"
-SL = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=2", "eval_every=0",
-      "dataset.common_config.batch_size=2", "dataset.test_size=2"]
+SL = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=2", "eval_every=0", "dataset=jsonl",
+      "dataset.common_config.batch_size=2", "dataset.test_size=2"]  # supervised.train_cli on a conversations file
 RL = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=1", "max_tokens=4",
       "env.batch_size=2", "env.test_size=0"]
 DPO = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=1"]
@@ -91,8 +92,8 @@ class Fixture:
 def _existing_sl_run(lora_rank: int = 32, model_name: str = TINY) -> Callable[[Fixture], None]:
     """An earlier sl run in {run}: config.json as the recipe writes it, with one setting changed."""
     def setup(fx: Fixture) -> None:
-        argv = [*SL, f"dataset={fx.paths['good']}", f"log_path={fx.root / 'run'}"]
-        config = dump_config(config_from_argv(sl_basic.build_config(), argv))
+        argv = [*SL, f"dataset.file_path={fx.paths['good']}", f"log_path={fx.root / 'run'}"]
+        config = dump_config(config_from_argv(sl_cli.build_config(), argv))
         config.update(lora_rank=lora_rank, model_name=model_name)
         fx.run_folder("run", **config)
         (fx.root / "run" / "checkpoints.jsonl").write_text(json.dumps({"name": "000001", "batch": 1}) + "\n")
@@ -154,19 +155,19 @@ def _existing_output(fx: Fixture) -> None:
 
 CASES = [
     # --- data files ------------------------------------------------------------------------------
-    Case("J1-broken-json-line", "sl", ["dataset={broken}"], r"broken\.jsonl line 2: not valid JSON"),
-    Case("J2-empty-file", "sl", ["dataset={empty}"], r"empty\.jsonl holds no conversations"),
-    Case("J5-line-is-a-list", "sl", ["dataset={list}"], r"list\.jsonl line 2: expected an object with a .messages. list; got a JSON array"),
-    Case("J6-messages-is-a-string", "sl", ["dataset={msgstring}"], r"line 1: 'messages' must be a non-empty list"),
-    Case("J8-messages-empty", "sl", ["dataset={msgempty}"], r"line 1: 'messages' must be a non-empty list"),
-    Case("J9-no-messages-key", "sl", ["dataset={nomessages}"], r"line 1: expected an object .* got keys \['conversation'\]"),
-    Case("J10-unknown-role", "sl", ["dataset={unkrole}"], r"line 1, message 0: unknown role 'wizard'"),
-    Case("J12-content-not-a-string", "sl", ["dataset={contentint}"], r"'content' must be a string; got int"),
-    Case("J15-no-assistant-turn", "sl", ["dataset={noassistant}"], r"line 1: .*no trained token"),
-    Case("J16-line-longer-than-max-length", "sl", ["dataset={huge}", "dataset.common_config.max_length=8"],
+    Case("J1-broken-json-line", "sl", ["dataset.file_path={broken}"], r"broken\.jsonl line 2: not valid JSON"),
+    Case("J2-empty-file", "sl", ["dataset.file_path={empty}"], r"empty\.jsonl holds no conversations"),
+    Case("J5-line-is-a-list", "sl", ["dataset.file_path={list}"], r"list\.jsonl line 2: expected an object with a .messages. list; got a JSON array"),
+    Case("J6-messages-is-a-string", "sl", ["dataset.file_path={msgstring}"], r"line 1: 'messages' must be a non-empty list"),
+    Case("J8-messages-empty", "sl", ["dataset.file_path={msgempty}"], r"line 1: 'messages' must be a non-empty list"),
+    Case("J9-no-messages-key", "sl", ["dataset.file_path={nomessages}"], r"line 1: expected an object .* got keys \['conversation'\]"),
+    Case("J10-unknown-role", "sl", ["dataset.file_path={unkrole}"], r"line 1, message 0: unknown role 'wizard'"),
+    Case("J12-content-not-a-string", "sl", ["dataset.file_path={contentint}"], r"'content' must be a string; got int"),
+    Case("J15-no-assistant-turn", "sl", ["dataset.file_path={noassistant}"], r"line 1: .*no trained token"),
+    Case("J16-line-longer-than-max-length", "sl", ["dataset.file_path={huge}", "dataset.common_config.max_length=8"],
          r"huge\.jsonl line 1: .*max_length=8"),
-    Case("J17-not-utf8", "sl", ["dataset={nonutf8}"], r"nonutf8\.jsonl line 2: not UTF-8 \(byte 0xe9"),
-    Case("J19-missing-file", "sl", ["dataset={root}/nope.jsonl"], r"nope\.jsonl does not exist"),
+    Case("J17-not-utf8", "sl", ["dataset.file_path={nonutf8}"], r"nonutf8\.jsonl line 2: not UTF-8 \(byte 0xe9"),
+    Case("J19-missing-file", "sl", ["dataset.file_path={root}/nope.jsonl"], r"nope\.jsonl does not exist"),
     # --- configs -----------------------------------------------------------------------------------
     Case("C1-unknown-top-level-key", "sl", ["foo=1"], r"^error: foo is not a key of this command\. --help lists every key\.$"),
     Case("C1b-argument-without-equals", "sl", ["--server"], r"key=value; got '--server'"),
@@ -255,7 +256,7 @@ CASES = [
 def _invoke(recipe: str, args: list[str], fx: Fixture) -> None:
     log = [f"log_path={fx.root / 'fresh'}"] if not any(a.startswith("log_path=") for a in args) else []
     if recipe == "sl":
-        run_recipe(sl_basic.main, sl_basic.build_config(), [*SL, f"dataset={fx.paths['good']}", *log, *args])
+        run_recipe(sl_cli.main, sl_cli.build_config(), [*SL, f"dataset.file_path={fx.paths['good']}", *log, *args])
     elif recipe == "rl":
         run_recipe(rl_basic.main, rl_basic.build_config(), [*RL, *log, *args])
     elif recipe == "dpo":

@@ -64,7 +64,6 @@ SPEC_SHIMS: dict[str, str] = {
     "recipes_lib/evaluators.py": "tinker_cookbook.evaluators re-exports eval.evaluators",
     "recipes_lib/run_inspect_evals.py": "python -m tinker_cookbook.run_inspect_evals runs eval's CLI",
     "supervised/train_cli.py": "the Tinker docs' supervised CLI trains the preference model (dataset=hhh)",
-    "rl/train_cli.py": "the Tinker docs' RL CLI offers env=hhh from preference",
     "rl/math_env.py": "tinker_cookbook.rl.math_env (MathDatasetBuilder) lives in recipes/math/",
 }
 # Modules of a pipeline that offer a task folder's piece by name: they name it as a "module:Name" string,
@@ -72,6 +71,7 @@ SPEC_SHIMS: dict[str, str] = {
 NAMED_TASKS: dict[str, str] = {
     "eval/tasks/__init__.py": "the Inspect CLI and evaluator run the task folders' Inspect tasks by name",
     "preference/train_dpo_cli.py": "the DPO CLI offers dataset=arithmetic from recipes/arithmetic/",
+    "rl/train_cli.py": "the Tinker docs' RL CLI offers env=<name> from recipes/envs.py (recipes build on it)",
 }
 
 

@@ -1,43 +1,31 @@
 """DPO, the recipe: SmolLM2-135M learns to prefer the correct sum over a nearly correct one, offline.
 
     python -m recipes.preference.train                                  # the arithmetic pairs, as dpo_basic
-    python -m recipes.preference.train dataset=example_data/comparisons.jsonl log_path=/tmp/dpo-mine
+    python -m recipes.preference.train dataset=jsonl dataset.train_path=example_data/comparisons.jsonl log_path=/tmp/dpo-mine
     python -m recipes.preference.train log_path=/tmp/dpo-experiment model_name=meta-llama/Llama-3.2-1B \\
         dataset=hhh renderer_name=role_colon learning_rate=1e-5 dpo_beta=0.1   # needs the hub
     python -m recipes.preference.train --help                          # every key, with its value
 
-`dataset=` is `arithmetic` (default), `hhh`, `helpsteer3`, `ultrafeedback` or a comparisons
-`.jsonl` file (see `preference.train_dpo_cli`); every other key is a field of
-`preference.train_dpo.Config`. With the default data this is `recipes.dpo_basic`'s run: held-out
+`dataset=` is `arithmetic` (default), `hhh`, `helpsteer3`, `ultrafeedback` or `jsonl` (a comparisons
+file, `dataset.train_path=...`; the names are in `recipes/comparisons.py`); every other key is a field
+of `preference.train_dpo.Config`. With the default data this is `recipes.dpo_basic`'s run: held-out
 `test/accuracy` and `test/margin` climb from zero as the policy learns the preference.
 """
 
 import chz
+from chz.blueprint import Castable
 
 from preference import train_dpo, train_dpo_cli
-from preference.datasets import ComparisonDatasetBuilder
-from recipes_lib.choices import Entry, Preset
 from recipes_lib.cli import run_recipe
 from recipes_lib.paths import SMOLLM2_NAME
 
-# The measured arithmetic data of recipes.dpo_basic (each still overridable: dataset.num_train=...).
-DATASETS: dict[str, Entry] = {**train_dpo_cli.DATASETS, "arithmetic": Preset(
-    train_dpo_cli.DATASETS["arithmetic"], num_train=384, num_test=128, max_operand=50)}
 
-
-@chz.chz
-class Config(train_dpo.Config):
-    """`preference.train_dpo.Config` with the comparisons chosen by `dataset=` (default: arithmetic)."""
-
-    dataset: ComparisonDatasetBuilder = train_dpo_cli.dataset_field("arithmetic", DATASETS)
-
-
-def build_config() -> chz.Blueprint[Config]:
+def build_config() -> chz.Blueprint[train_dpo_cli.Config]:
     """The recipe's defaults (those of `recipes.dpo_basic`); the command line overrides any of them."""
-    return chz.Blueprint(Config).apply({
-        **train_dpo_cli.defaults(),
+    return train_dpo_cli.build_config().apply({
         "log_path": "/tmp/recipes/preference_train",
         "model_name": SMOLLM2_NAME,
+        "dataset": Castable("arithmetic"),
         "dataset_builder.batch_size": 16,
         "dataset_builder.max_length": 128,
         # LoRA on a 135M model wants a far larger step than full fine-tuning of a big one.
@@ -50,7 +38,7 @@ def build_config() -> chz.Blueprint[Config]:
     })
 
 
-def main(config: Config) -> None:
+def main(config: train_dpo_cli.Config) -> None:
     train_dpo.main(config)
 
 

@@ -9,6 +9,7 @@ from recipes import sl_basic, sl_loop
 from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import load_checkpoints
 from recipes_lib.logging import read_metrics
+from supervised import train_cli as sl_cli
 
 TINY = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=2"]
 
@@ -24,9 +25,12 @@ def test_sl_basic_two_steps(tmp_path: Path) -> None:
     assert load_checkpoints(tmp_path)[-1].name == "final"
 
 
-def test_sl_basic_on_the_example_conversations(tmp_path: Path) -> None:
-    config = config_from_argv(sl_basic.build_config(), [*TINY, f"dataset={sl_loop.EXAMPLE_FILE}", f"log_path={tmp_path}"])
-    sl_basic.main(config)
+def test_the_supervised_cli_on_the_example_conversations(tmp_path: Path) -> None:
+    config = config_from_argv(sl_cli.build_config(), [
+        "model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=2", "dataset=jsonl",
+        f"dataset.file_path={sl_loop.EXAMPLE_FILE}", "dataset.test_size=8", "dataset.common_config.batch_size=8",
+        f"log_path={tmp_path}"])
+    sl_cli.main(config)
     rows = read_metrics(tmp_path)
     assert [row["step"] for row in rows] == [0, 1] and "test/nll" in rows[-1]
 

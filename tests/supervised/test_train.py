@@ -14,6 +14,7 @@ from recipes_lib.checkpoints import CheckpointRecord, load_checkpoints
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.hyperparams import get_lr
 from supervised import train
+from supervised import train_cli as sl_cli
 from supervised.datasets import FromConversationFileBuilder, HuggingFaceChatBuilder
 
 TINY = ["model_name=recipes/tiny-llama", "dataset.num_train=24",
@@ -56,7 +57,8 @@ def test_nested_overrides_and_the_learning_rate_default(tmp_path: Path) -> None:
     assert config.dataset_builder.common_config.model_name_for_tokenizer == "recipes/tiny-llama"
     assert config.evaluator_builders[0].model_name == "recipes/tiny-llama"
     assert config.learning_rate == 1e-3  # the recipe's measured value
-    plain = config_from_argv(sl_basic.build_config(), ["model_name=recipes/tiny-llama", f"dataset={sl_basic.LOG_PATH}.jsonl"])
+    plain = config_from_argv(sl_cli.build_config(), ["model_name=recipes/tiny-llama", "dataset=jsonl",
+                                                      "dataset.file_path=/tmp/any.jsonl"])
     assert plain.learning_rate == pytest.approx(get_lr("recipes/tiny-llama"))  # not set: the model's default
     assert config_from_argv(sl_basic.build_config(), ["...batch_size=5"]).dataset_builder.common_config.batch_size == 5
 
@@ -73,14 +75,16 @@ def test_bad_keys_exit_before_any_work(arg: str, message: str, capsys: pytest.Ca
 
 
 def test_dataset_key_picks_the_builder_and_its_defaults() -> None:
-    config = config_from_argv(sl_basic.build_config(), ["dataset=example_data/conversations.jsonl"])
+    config = config_from_argv(sl_cli.build_config(), ["model_name=recipes/tiny-llama", "dataset=jsonl",
+                                                      "dataset.file_path=example_data/conversations.jsonl"])
     assert isinstance(config.dataset_builder, FromConversationFileBuilder) and config.dataset_builder == config.dataset
     assert config.dataset_builder.file_path == "example_data/conversations.jsonl" and config.evaluator_builders == []
-    assert (config.num_epochs, config.eval_every, config.dataset_builder.common_config.batch_size) == (3, 4, 8)
+    assert config.dataset_builder.common_config.model_name_for_tokenizer == "recipes/tiny-llama"
     words = config_from_argv(sl_basic.build_config(), ["dataset.num_heldout=7", "eval_every=5"])
     assert isinstance(words.dataset, NumberWordsBuilder) and words.dataset.num_train == 2560
     assert words.evaluator_builders[0].num_heldout == 7 and words.eval_every == 5  # the evaluator follows the data
-    hub = config_from_argv(sl_basic.build_config(), ["dataset=HuggingFaceH4/no_robots"])
+    assert (words.learning_rate, words.num_epochs, words.dataset.common_config.batch_size) == (1e-3, 1, 16)
+    hub = config_from_argv(sl_cli.build_config(), ["model_name=recipes/tiny-llama", "dataset=hub", "dataset.path=HuggingFaceH4/no_robots"])
     assert isinstance(hub.dataset, HuggingFaceChatBuilder) and hub.dataset.path == "HuggingFaceH4/no_robots"
 
 

@@ -32,6 +32,6 @@ def test_math_rl_two_steps(tmp_path: Path, env: str) -> None:
 def test_an_unknown_env_names_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         config_from_argv(math_rl.build_config(), ["env=aime"])
-    assert info.value.code == 2 and "env=aime is not one of gsm8k, math" in capsys.readouterr().err
+    assert info.value.code == 2 and "env=aime is not one of arithmetic, gsm8k, math" in capsys.readouterr().err
     default = config_from_argv(math_rl.build_config(), ["max_steps=2"])
-    assert isinstance(default.dataset_builder, Gsm8kDatasetBuilder) and default.log_path.endswith("math_rl/gsm8k")
+    assert isinstance(default.dataset_builder, Gsm8kDatasetBuilder) and default.log_path.endswith("math_rl")
