@@ -12,7 +12,7 @@ an answer whose last integer is the sum, and trains on each answer's reward minu
 mean; greedy accuracy on 100 held-out problems is `test/env/all/correct` (recipes/arithmetic/).
 Transcripts of a few groups per iteration are printed and written to `<log_path>/rollouts/`.
 `env=` picks the task by name (`recipes/envs.py`), `env.<key>=...` sets its settings; every other
-key is a field of `rl.train_cli.Config`. GSM8K and MATH have their own recipe, `recipes.math_rl`.
+key is a field of `rl.train_cli.Config`. GSM8K and MATH have their own recipe, `recipes.math.train`.
 """
 
 import chz

@@ -355,7 +355,7 @@ def test_a_hub_only_data_set_offline_is_one_message(recipe: str, args: list[str]
     """As on a machine without the network: the hub is unreachable and its client offline."""
     import huggingface_hub.constants
 
-    from recipes import math_rl
+    from recipes.math import train as math_rl
     from recipes.preference import train as preference_train
     from recipes_lib import paths
 

@@ -80,7 +80,7 @@ def load_rows(split: str, path: str, name: str | None, data_file: str | None) ->
         dataset = load_jsonl_split(data_file, split, f"{split}_file")
     else:
         hint = (f"Offline, pass {split}_file=<a JSONL file of 'question' and 'answer' rows> (e.g. env.{split}_file=... "
-            "in recipes.math_rl; env=arithmetic needs no data)")
+            "in recipes.math.train; env=arithmetic needs no data)")
         dataset = load_hub_split(path, name, split, hint)
     rows = [dict(row) for row in dataset]
     for index, row in enumerate(rows):

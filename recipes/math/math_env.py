@@ -136,7 +136,7 @@ def load_math_rows(split: str, hf_path: str, subjects: Sequence[str | None], dat
     """`{"problem", "answer"}` rows of a split, from `data_file` (JSONL) when given, else from the hub
     dataset `hf_path` (one config per subject, concatenated)."""
     hint = (f"Offline, pass {split}_file=<a JSONL file of 'problem' and 'solution' rows> (e.g. env.{split}_file=... "
-            "in recipes.math_rl; env=arithmetic needs no data)")
+            "in recipes.math.train; env=arithmetic needs no data)")
     if data_file is not None:
         parts = [(data_file, load_jsonl_split(data_file, split, f"{split}_file"))]
     else:

@@ -1,10 +1,10 @@
-"""`python -m recipes.math_rl env=gsm8k|math`: two steps on the tiny model, offline, on fixtures."""
+"""`python -m recipes.math.train env=gsm8k|math`: two steps on the tiny model, offline, on fixtures."""
 
 from pathlib import Path
 
 import pytest
 
-from recipes import math_rl
+from recipes.math import train as math_rl
 from recipes.math.gsm8k import Gsm8kDatasetBuilder
 from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import load_checkpoints
@@ -35,3 +35,9 @@ def test_an_unknown_env_names_the_valid_ones(capsys: pytest.CaptureFixture[str])
     assert info.value.code == 2 and "env=aime is not one of arithmetic, gsm8k, math" in capsys.readouterr().err
     default = config_from_argv(math_rl.build_config(), ["max_steps=2"])
     assert isinstance(default.dataset_builder, Gsm8kDatasetBuilder) and default.log_path.endswith("math_rl")
+
+
+def test_the_old_command_is_an_alias() -> None:
+    from recipes import math_rl as alias
+
+    assert alias.build_config is math_rl.build_config and alias.main is math_rl.main
