@@ -17,9 +17,8 @@ import chz
 import tinker
 
 from recipes_lib.argv import config_from_argv, debug_tracebacks
-from recipes_lib.backends import make_service_client
+from recipes_lib.backends import make_service_client, run_hosted
 from recipes_lib.backends.hosted import server_gone_raises
-from recipes_lib.backends.local.host import run_hosted
 from recipes_lib.backends.protocols import ServiceClient, TrainingClient
 from recipes_lib.checkpoints import (
     CheckpointRecord,

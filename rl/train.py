@@ -115,7 +115,7 @@ class Config:
     temperature: float = 1.0
     # importance_sampling (REINFORCE with an importance ratio), ppo, cispo, dro, gspo or stable_reinforce
     # (REINFORCE with the importance weight against the sampler's own recorded log-probs, truncated;
-    # its samplers record what they sample: recipes_lib/backends/local/losses.py).
+    # its samplers record what they sample: local_tinker/losses.py).
     loss_fn: LossFn = "importance_sampling"
     # The loss's settings, e.g. clip_low_threshold / clip_high_threshold for ppo, beta for dro.
     loss_fn_config: dict[str, float] | None = None

@@ -354,11 +354,11 @@ def test_a_hub_only_data_set_offline_is_one_message(recipe: str, args: list[str]
     """As on a machine without the network: the hub is unreachable and its client offline."""
     import huggingface_hub.constants
 
+    from local_tinker import home
     from recipes import math_rl
     from recipes.preference import train as preference_train
-    from recipes_lib import paths
 
-    monkeypatch.setattr(paths, "hub_reachable", lambda timeout_s=3.0: False)
+    monkeypatch.setattr(home, "hub_reachable", lambda timeout_s=3.0: False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     log = f"log_path={isolated.root / 'hub'}"
     with pytest.raises(SystemExit) as exited:
@@ -376,9 +376,9 @@ def test_a_hub_only_data_set_offline_is_one_message(recipe: str, args: list[str]
     pytest.param("examples.custom_env", ["--help"], 0, r"model_name\s+str.*\n\s+log_path\s+str", id="custom-env-help"),
     pytest.param("recipes_lib.plot", ["log_paths={corrupt}"], 2,
                  r"^error: .*corrupt/metrics\.jsonl line 2: not valid JSON", id="plot-corrupt-metrics-line"),
-    pytest.param("recipes_lib.server", ["port=70000"], 2, r"^error: port must be in 0-65535, got 70000\.$",
+    pytest.param("local_tinker.server", ["port=70000"], 2, r"^error: port must be in 0-65535, got 70000\.$",
                  id="server-port-out-of-range"),
-    pytest.param("recipes_lib.server", ["memory_budget_gb=-1"], 2, r"^error: memory_budget_gb must be >= 0",
+    pytest.param("local_tinker.server", ["memory_budget_gb=-1"], 2, r"^error: memory_budget_gb must be >= 0",
                  id="server-negative-memory-budget"),
 ])
 def test_a_command_line_tool_answers_help_and_bad_values(module: str, argv: list[str], code: int, expected: str,

@@ -3,7 +3,7 @@ through the tool env, offline on a CPU.
 
     python -m recipes.tool_calculator.train                          # the four accuracies; see README.md
     python -m recipes.tool_calculator.train rl_steps=40 test_size=128
-    python -m recipes.tool_calculator.train backend=tinker           # a server: python -m recipes_lib.server
+    python -m recipes.tool_calculator.train backend=tinker           # a server: python -m local_tinker.server
     python -m recipes.tool_calculator.train --help                   # every key, with its value
 
 Stages, each in its folder under `log_path` and each resumed where it stopped when the command

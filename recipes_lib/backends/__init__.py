@@ -22,7 +22,7 @@ def make_service_client(config: BackendConfig | None = None) -> ServiceClient:
         from recipes_lib.backends.hosted import make_hosted_service_client
 
         return make_hosted_service_client(config.base_url, config.api_key, config.unreachable_timeout_s)
-    from recipes_lib.backends.local.clients import ServiceClient as LocalServiceClient
+    from local_tinker.clients import ServiceClient as LocalServiceClient
 
     return LocalServiceClient(precision=config.precision, device=config.device)
 
@@ -39,8 +39,8 @@ async def sampling_client_now(training_client: TrainingClient, record_stability_
 
 def run_hosted(fn: Callable[[], T]) -> T:
     """`fn()` on a second thread while the main thread serves the local engine it creates (faster on a
-    CPU; `recipes_lib.backends.local.host` says why). Every recipe's entry point runs this way."""
-    from recipes_lib.backends.local.host import run_hosted as run
+    CPU; `local_tinker.host` says why). Every recipe's entry point runs this way."""
+    from local_tinker.host import run_hosted as run
 
     return run(fn)
 

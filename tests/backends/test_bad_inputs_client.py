@@ -17,11 +17,11 @@ import tinker
 import torch
 from tinker import types
 
+from local_tinker import budget
+from local_tinker.adapters import LoraSpec
+from local_tinker.budget import available_memory_bytes
 from recipes_lib.backends import hosted
 from recipes_lib.backends.hosted import make_hosted_service_client
-from recipes_lib.backends.local import budget
-from recipes_lib.backends.local.adapters import LoraSpec
-from recipes_lib.backends.local.budget import available_memory_bytes
 from recipes_lib.exceptions import (
     BackendUnavailable,
     ConfigurationError,

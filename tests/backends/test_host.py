@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from recipes_lib.backends.local.engine import LocalEngine
+    from local_tinker.engine import LocalEngine
 
 PRELUDE = """
 import faulthandler; faulthandler.dump_traceback_later(200, exit=True)  # a hang shows where
 import threading, torch
 from tinker import types
-from recipes_lib.backends.local.clients import ServiceClient
-from recipes_lib.backends.local.engine import get_engine
-from recipes_lib.backends.local.host import run_hosted
+from local_tinker.clients import ServiceClient
+from local_tinker.engine import get_engine
+from local_tinker.host import run_hosted
 """
 
 
@@ -101,8 +101,8 @@ def test_ctrl_c_reaches_the_recipe_and_then_the_caller(where: str) -> None:
 
 
 def _engine() -> "LocalEngine":
-    from recipes_lib.backends.local.engine import LocalEngine
-    from recipes_lib.backends.local.precision import resolve_precision
+    from local_tinker.engine import LocalEngine
+    from local_tinker.precision import resolve_precision
 
     return LocalEngine(resolve_precision("float32", "cpu"))  # not adopted: a worker thread serves it
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from tinker import types
 
-from recipes_lib.backends.local.clients import ServiceClient, TrainingClient
-from recipes_lib.backends.local.stability import StabilityRecords
+from local_tinker.clients import ServiceClient, TrainingClient
+from local_tinker.stability import StabilityRecords
 from recipes_lib.exceptions import DataFormatError
 from tests.provenance import with_sampled_provenance
 

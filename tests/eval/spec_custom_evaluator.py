@@ -6,7 +6,7 @@ Changed imports (the Tinker docs' line in each comment); the class body is the T
 
 from typing import Any, Callable
 
-from recipes_lib.backends.local import clients as tinker  # import tinker
+from local_tinker import clients as tinker  # import tinker
 from tinker import types
 
 import renderers  # from tinker_cookbook import renderers

@@ -143,7 +143,7 @@ def test_data_files_accept_a_byte_order_mark_and_name_a_non_utf8_line(tmp_path: 
 
 
 def test_a_truncated_checkpoint_file_names_its_path(service_client) -> None:  # type: ignore[no-untyped-def]
-    from recipes_lib.backends.local import storage
+    from local_tinker import storage
 
     client = service_client.create_lora_training_client(base_model="recipes/tiny-llama", rank=2).result()
     path = client.save_state("truncated").result().path
@@ -154,7 +154,7 @@ def test_a_truncated_checkpoint_file_names_its_path(service_client) -> None:  # 
 
 
 def test_an_unreadable_context_length_is_unknown_not_8192(caplog: pytest.LogCaptureFixture) -> None:
-    from recipes_lib.backends.local.models import max_context_length
+    from local_tinker.models import max_context_length
 
     with caplog.at_level(logging.WARNING):
         assert max_context_length("nobody/no-such-model-here") is None
