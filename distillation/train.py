@@ -46,7 +46,7 @@ from distillation.data import (
     teacher_targets_T,
 )
 from distillation.datasets import PromptDataset, PromptDatasetBuilder
-from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators, run_evaluators_timed, take_samples
+from recipes_lib.evaluators import Evaluator, EvaluatorBuilder, run_evaluators, run_evaluators_timed, take_samples
 from eval.model_source import backend_for, open_model_source
 from recipes_lib.backends import sampling_client_now
 from recipes_lib.backends.protocols import SamplingClient, ServiceClient, TrainingClient

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 from tinker import types
 
-from eval.evaluators import TrainingClientEvaluator
+from recipes_lib.evaluators import TrainingClientEvaluator
 from recipes_lib.backends.protocols import TrainingClient
 from recipes_lib.exceptions import DataFormatError
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from tinker import types
 
-from eval.evaluators import SamplingClientEvaluator
+from recipes_lib.evaluators import SamplingClientEvaluator
 from recipes_lib.backends.protocols import SamplingClient
 from renderers import Message, Renderer
 

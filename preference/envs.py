@@ -18,7 +18,7 @@ from typing import Literal
 import chz
 from tinker import types
 
-from eval.evaluators import SamplingClientEvaluator
+from recipes_lib.evaluators import SamplingClientEvaluator
 from preference.datasets import ComparisonDatasetBuilder
 from preference.reward_model import PreferenceModel, PreferenceModelBuilder
 from preference.types import Comparison, LabeledComparison

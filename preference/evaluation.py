@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import chz
 import torch
 
-from eval.evaluators import TrainingClientEvaluator
+from recipes_lib.evaluators import TrainingClientEvaluator
 from eval.sampling import ExactMatchEvaluator, ReferenceExample
 from preference.data import PreferencePair, pairs_to_datums
 from preference.datasets import ComparisonDatasetBuilder

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import chz
 from tinker import types
 
-from eval.evaluators import SamplingClientEvaluator
+from recipes_lib.evaluators import SamplingClientEvaluator
 from preference.datasets import ComparisonDatasetBuilder
 from preference.types import Comparison, LabeledComparison
 from recipes_lib.backends import make_service_client

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from tinker import types
 
-from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators
+from recipes_lib.evaluators import Evaluator, EvaluatorBuilder, run_evaluators
 from preference.data import DPODatasetBuilder, PreferencePairDataset, pairs_to_datums
 from preference.evaluation import DPOEvaluator, pair_logprobs
 from preference.losses import dpo_loss, dpo_metrics, sequence_logprobs

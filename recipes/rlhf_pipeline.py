@@ -21,7 +21,7 @@ learns which is preferred, and RL moves the policy toward it.
 
 import chz
 
-from eval.evaluators import EvaluatorBuilder
+from recipes_lib.evaluators import EvaluatorBuilder
 from preference.arithmetic import ArithmeticComparisonBuilder
 from preference.data import ChosenCompletionsBuilder
 from preference.datasets import ComparisonDatasetBuilder

@@ -18,7 +18,7 @@ from pathlib import Path
 import chz
 from chz.blueprint import Reference
 
-from eval.evaluators import EvaluatorBuilder
+from recipes_lib.evaluators import EvaluatorBuilder
 from recipes_lib.choices import Factory, NamedChoice, Preset, resolve
 from recipes_lib.cli import run_recipe
 from recipes_lib.hyperparams import get_lr

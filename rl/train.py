@@ -35,7 +35,7 @@ import chz
 import numpy as np
 from tinker import types
 
-from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators_timed, take_samples
+from recipes_lib.evaluators import Evaluator, EvaluatorBuilder, run_evaluators_timed, take_samples
 from recipes_lib.backends import sampling_client_now
 from recipes_lib.backends.protocols import Future, SamplingClient, ServiceClient, TrainingClient
 from recipes_lib.checkpoints import CheckpointRecord, save_step_checkpoint

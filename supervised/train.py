@@ -30,7 +30,7 @@ from pathlib import Path
 import chz
 from tinker import types
 
-from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators, take_samples
+from recipes_lib.evaluators import Evaluator, EvaluatorBuilder, run_evaluators, take_samples
 from eval.nll import NLLEvaluator
 from recipes_lib.backends.protocols import Future, TrainingClient
 from recipes_lib.checkpoints import CheckpointRecord, save_checkpoint

@@ -16,7 +16,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("local_tinker",),  # the local Tinker engine, its server and bench: a product that imports no cookbook code
     ("recipes_lib",),  # the core: types, tokenizers, logging, checkpoints, cli; backends/ at its bottom
     ("renderers",),  # chat messages <-> tokens; message completers (a renderer over a sampler)
-    ("eval",),  # evaluators, the tasks they measure, Inspect; every training loop runs them
+    ("eval",),  # evaluators of NLL, sampling and Inspect tasks (their interfaces: recipes_lib.evaluators)
     ("supervised", "rl"),  # training pipelines
     ("preference", "distillation"),  # pipelines built on the ones below (SFT data, RL loop)
     ("tool_use",),  # tools and the tool env (a MessageEnv of rl), under the cookbook's names
@@ -73,10 +73,9 @@ def imported_modules(source: Path, root: Path = REPO_ROOT) -> list[tuple[int, st
 
 # Modules at the Tinker docs' paths (tinker-cookbook names, see tests/test_spec_map.py) that must reach a
 # layer above their package: they name the higher module as a string (`"preference.datasets:X"`,
-# `import_module("eval.evaluators")`) and import it only when used. Each is an entry point or a
+# `import_module("eval.run_inspect_evals")`) and import it only when used. Each is an entry point or a
 # re-export shim, never a dependency: no other module may import them.
 SPEC_SHIMS: dict[str, str] = {
-    "recipes_lib/evaluators.py": "tinker_cookbook.evaluators re-exports eval.evaluators",
     "recipes_lib/run_inspect_evals.py": "python -m tinker_cookbook.run_inspect_evals runs eval's CLI",
     "supervised/train_cli.py": "the Tinker docs' supervised CLI trains the preference model (dataset=hhh)",
     "rl/train_cli.py": "the Tinker docs' RL CLI offers env=hhh from preference",

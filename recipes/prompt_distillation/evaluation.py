@@ -18,7 +18,7 @@ from pathlib import Path
 import chz
 from tinker import types
 
-from eval.evaluators import SamplingClientEvaluator
+from recipes_lib.evaluators import SamplingClientEvaluator
 from recipes.prompt_distillation.task import heldout_path, parse_label, student_conversation
 from recipes_lib.backends.protocols import SamplingClient
 from recipes_lib.exceptions import DataFormatError

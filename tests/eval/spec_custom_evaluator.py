@@ -10,7 +10,7 @@ from local_tinker import clients as tinker  # import tinker
 from tinker import types
 
 import renderers  # from tinker_cookbook import renderers
-from eval.evaluators import SamplingClientEvaluator  # from tinker_cookbook.evaluators import SamplingClientEvaluator
+from recipes_lib.evaluators import SamplingClientEvaluator  # from tinker_cookbook.evaluators import SamplingClientEvaluator
 from recipes_lib.tokenizers import get_tokenizer  # from tinker_cookbook.tokenizer_utils import get_tokenizer
 
 class CustomEvaluator(SamplingClientEvaluator):
