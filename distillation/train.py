@@ -46,17 +46,24 @@ from distillation.data import (
     teacher_targets_T,
 )
 from distillation.datasets import PromptDataset, PromptDatasetBuilder
-from recipes_lib.evaluators import Evaluator, EvaluatorBuilder, run_evaluators, run_evaluators_timed, take_samples
 from eval.model_source import backend_for, open_model_source
 from recipes_lib.backends import sampling_client_now
 from recipes_lib.backends.protocols import SamplingClient, ServiceClient, TrainingClient
 from recipes_lib.checkpoints import save_step_checkpoint
-from recipes_lib.cli import LogdirBehavior, eval_due, open_run, save_due, start_run
 from recipes_lib.config import BackendConfig, backend_field, check_positive
+from recipes_lib.evaluators import (
+    Evaluator,
+    EvaluatorBuilder,
+    run_evaluators,
+    run_evaluators_timed,
+    take_samples,
+)
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.hyperparams import adam_params
+from recipes_lib.lifecycle import eval_due, open_run, save_due, start_run
 from recipes_lib.logging import MultiplexLogger, log_samples
 from recipes_lib.model_info import resolve_renderer_name
+from recipes_lib.run_config import LogdirBehavior
 from recipes_lib.run_folder import last_sampler_path
 from recipes_lib.schedules import LRSchedule, lr_multiplier
 from recipes_lib.tokenizers import get_tokenizer

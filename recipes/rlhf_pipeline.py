@@ -21,7 +21,6 @@ learns which is preferred, and RL moves the policy toward it.
 
 import chz
 
-from recipes_lib.evaluators import EvaluatorBuilder
 from preference.arithmetic import ArithmeticComparisonBuilder
 from preference.data import ChosenCompletionsBuilder
 from preference.datasets import ComparisonDatasetBuilder
@@ -32,9 +31,11 @@ from preference.reward_model import (
     PreferenceChatDatasetBuilder,
     PreferenceModelBuilder,
 )
-from recipes_lib.cli import LogdirBehavior, run_recipe
+from recipes_lib.cli import run_recipe
 from recipes_lib.config import BackendConfig, backend_field
+from recipes_lib.evaluators import EvaluatorBuilder
 from recipes_lib.paths import SMOLLM2_NAME
+from recipes_lib.run_config import LogdirBehavior
 from recipes_lib.run_folder import final_paths
 from rl import train as rl_train
 from supervised import train as sl_train

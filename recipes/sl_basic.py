@@ -18,9 +18,9 @@ from pathlib import Path
 import chz
 from chz.blueprint import Reference
 
-from recipes_lib.evaluators import EvaluatorBuilder
 from recipes_lib.choices import Factory, NamedChoice, Preset, resolve
 from recipes_lib.cli import run_recipe
+from recipes_lib.evaluators import EvaluatorBuilder
 from recipes_lib.hyperparams import get_lr
 from recipes_lib.paths import SMOLLM2_NAME
 from supervised import train

@@ -35,16 +35,17 @@ import chz
 import numpy as np
 from tinker import types
 
-from recipes_lib.evaluators import Evaluator, EvaluatorBuilder, run_evaluators_timed, take_samples
 from recipes_lib.backends import sampling_client_now
 from recipes_lib.backends.protocols import Future, SamplingClient, ServiceClient, TrainingClient
 from recipes_lib.checkpoints import CheckpointRecord, save_step_checkpoint
-from recipes_lib.cli import LogdirBehavior, eval_due, open_run, save_due, start_run
 from recipes_lib.completers import TinkerTokenCompleter, TokenCompleter
 from recipes_lib.config import BackendConfig, backend_field, check_group_size, check_positive
+from recipes_lib.evaluators import Evaluator, EvaluatorBuilder, run_evaluators_timed, take_samples
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.hyperparams import adam_params
+from recipes_lib.lifecycle import eval_due, open_run, save_due, start_run
 from recipes_lib.logging import MultiplexLogger, log_samples
+from recipes_lib.run_config import LogdirBehavior
 from rl.advantages import (
     AdvantageNormalization,
     LossAggregation,

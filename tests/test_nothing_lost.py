@@ -31,9 +31,10 @@ from recipes.prompt_distillation import create_data
 from recipes_lib import export
 from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import CHECKPOINTS_FILE, load_checkpoints, save_checkpoint
-from recipes_lib.cli import check_log_dir, run_recipe
+from recipes_lib.cli import run_recipe
 from recipes_lib.config import BackendConfig
 from recipes_lib.exceptions import ConfigurationError, DataFormatError
+from recipes_lib.log_folder import check_log_dir
 from recipes_lib.logging import read_metrics
 from recipes_lib.paths import recipes_home_path
 from recipes_lib.removal import EXPORT_MARKER, RUN_FOLDER, check_removable

@@ -17,9 +17,10 @@ from recipes.prompt_distillation import create_data
 from recipes_lib import sweep
 from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import CHECKPOINTS_FILE, CheckpointRecord, load_checkpoints
-from recipes_lib.cli import check_log_dir, user_errors
+from recipes_lib.cli import user_errors
 from recipes_lib.exceptions import CheckpointError, ConfigurationError, DataFormatError
 from recipes_lib.jsonl import read_jsonl
+from recipes_lib.log_folder import check_log_dir
 from recipes_lib.logging import read_metrics, truncate_log
 from recipes_lib.run_lock import LOCK_FILE
 

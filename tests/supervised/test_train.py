@@ -7,7 +7,7 @@ import pandas
 import pytest
 
 from recipes import sl_basic
-from recipes_lib import cli
+from recipes_lib import lifecycle
 from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import CheckpointRecord, load_checkpoints
 from recipes_lib.exceptions import ConfigurationError
@@ -198,8 +198,8 @@ class _RecordingClient:
 
 def _events_of_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra: str) -> list[str]:
     events: list[str] = []
-    real = cli.create_or_resume_training_client  # every trainer's client comes from cli.open_run
-    monkeypatch.setattr(cli, "create_or_resume_training_client",
+    real = lifecycle.create_or_resume_training_client  # every trainer's client comes from lifecycle.open_run
+    monkeypatch.setattr(lifecycle, "create_or_resume_training_client",
                         lambda *a, **k: _RecordingClient(real(*a, **k), events))
     train.main(tiny_config(tmp_path, "max_steps=4", "eval_every=2", "save_every=0",
                            "evaluator_builders.0.num_heldout=6", *extra))
