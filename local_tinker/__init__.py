@@ -4,7 +4,7 @@ its benchmark. A product of its own: nothing here imports the cookbook (`recipes
 
 Its face (what the cookbook may import, each through one doorway; tests/test_layering.py holds it):
     clients.py      ServiceClient: the Tinker client surface   <- recipes_lib/backends (make_service_client)
-    host.py         run_hosted: the engine computes on the main thread   <- recipes_lib/backends
+    main_thread.py  run_with_engine_on_main_thread: the engine computes on the main thread   <- recipes_lib/backends
     export.py       a local checkpoint's folder; a base model with a LoRA merged   <- recipes_lib/export.py
     tokenizers.py   get_tokenizer: offline and hub tokenizers   <- recipes_lib/tokenizers.py
     errors.py       the user-mistake errors both sides raise   <- recipes_lib/exceptions.py

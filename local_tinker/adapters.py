@@ -74,7 +74,7 @@ def peft_config(linear_names: set[str], spec: LoraSpec) -> LoraConfig:
     )
 
 
-class AdapterHost:
+class Adapters:
     """The peft wrapper around one base model, holding one named adapter per training client."""
 
     def __init__(self, base_model: PreTrainedModel):

@@ -193,12 +193,12 @@ class TrainingClient(_SelfFuture):
         client = cls(engine, base, spec, storage.new_run_id(), session)
         engine.call(client._attach).result()
         # Free the adapter (on the worker, in order) once the client is garbage-collected.
-        weakref.finalize(client, engine.call, functools.partial(base.host.remove, client._adapter))
+        weakref.finalize(client, engine.call, functools.partial(base.adapters.remove, client._adapter))
         return client
 
     def _attach(self) -> None:
-        self.spec = self._base.host.add(self._adapter, self.spec)
-        self._optimizer = AdamState(self._base.host.parameters(self._adapter))
+        self.spec = self._base.adapters.add(self._adapter, self.spec)
+        self._optimizer = AdamState(self._base.adapters.parameters(self._adapter))
 
     # -- training ----------------------------------------------------------------------------------
     def forward(
@@ -266,7 +266,7 @@ class TrainingClient(_SelfFuture):
             UNSAMPLED_ADVANTAGES: advantages * ~sampled})
 
     def _model(self) -> torch.nn.Module:
-        return self._base.host.model(self._adapter)
+        return self._base.adapters.model(self._adapter)
 
     def _adam(self) -> AdamState:
         assert self._optimizer is not None
@@ -295,8 +295,8 @@ class TrainingClient(_SelfFuture):
 
     def _save(self, path: storage.CheckpointPath, with_optimizer: bool, overwrite: bool,
               user_metadata: dict[str, str] | None) -> str:
-        state = self._base.host.state_dict(self._adapter)
-        config = self._base.host.config(self._adapter)
+        state = self._base.adapters.state_dict(self._adapter)
+        config = self._base.adapters.config(self._adapter)
 
         def write(folder: Any) -> None:
             adapters.save_adapter(folder, state, config, self._base.name)
@@ -323,8 +323,8 @@ class TrainingClient(_SelfFuture):
         _check_compatible(meta, self._base, self.spec, path)
 
         def load() -> types.LoadWeightsResponse:
-            self._base.host.load_state_dict(self._adapter, adapters.load_adapter_weights(folder))
-            self._optimizer = AdamState(self._base.host.parameters(self._adapter))
+            self._base.adapters.load_state_dict(self._adapter, adapters.load_adapter_weights(folder))
+            self._optimizer = AdamState(self._base.adapters.parameters(self._adapter))
             if with_optimizer:
                 self._adam().load(folder, path)
             return types.LoadWeightsResponse(path=path)
@@ -349,7 +349,7 @@ class TrainingClient(_SelfFuture):
 
         def snapshot() -> SamplingClient:
             uri = self._save(path, False, True, None) if path is not None else None
-            snap = Snapshot(self._base, self.spec, self._base.host.state_dict(self._adapter), uri or "")
+            snap = Snapshot(self._base, self.spec, self._base.adapters.state_dict(self._adapter), uri or "")
             return SamplingClient(self._engine, snap, uri, self.session if record else None)
 
         return self._engine.call(snapshot)
@@ -597,7 +597,7 @@ def check_optimizer(optimizer: Any) -> None:
 
 def _check_lora_fits(base: BaseEntry, spec: adapters.LoraSpec, budget: MemoryBudget) -> None:
     """Refuse an adapter whose training state cannot fit in the headroom (before the OOM killer does)."""
-    weights = base.host.lora_parameter_count(spec)
+    weights = base.adapters.lora_parameter_count(spec)
     needed = weights * LORA_BYTES_PER_WEIGHT
     device = base.precision.device
     available = budget.headroom(device)

@@ -2,8 +2,8 @@
 
 One thread per process and precision executes requests in submission order, so the requests of a
 training client run in order and never race on the shared base model. That thread is the engine's
-own worker, or the process's main thread when a recipe runs through `host.run_hosted` (faster on
-a CPU; see `host`). `sample` and
+own worker, or the process's main thread when a program runs through
+`main_thread.run_with_engine_on_main_thread` (faster on a CPU; see `main_thread`). `sample` and
 `compute_logprobs` requests are batched: when the worker reaches one, it briefly lets concurrent
 callers add more, then runs all pending requests for the same weights as one batch (sampler
 snapshots are immutable, so they may run ahead of queued training requests).
@@ -27,9 +27,9 @@ import transformers
 from tinker import types
 from transformers import PreTrainedModel
 
-from local_tinker import host
+from local_tinker import main_thread
 from local_tinker.activations import keep_fewer_activations
-from local_tinker.adapters import AdapterHost, LoraSpec, lora_deltas
+from local_tinker.adapters import Adapters, LoraSpec, lora_deltas
 from local_tinker.attention import use_exact_attention
 from local_tinker.budget import MemoryBudget
 from local_tinker.decoder import share_fused_storage
@@ -65,14 +65,14 @@ class BaseEntry:
 
     name: str
     model: PreTrainedModel
-    host: AdapterHost
+    adapters: Adapters
     precision: Precision
     max_context: int
     sampler: SamplerModel = field(init=False)
 
     def __post_init__(self) -> None:
         # Built before any adapter wraps the Linear modules, so the sampler keeps plain ones.
-        assert self.host.peft_model is None, "build the sampler before adapters are attached"
+        assert self.adapters.peft_model is None, "build the sampler before adapters are attached"
         self.sampler = SamplerModel(self.model, self.precision)
 
     @property
@@ -133,11 +133,11 @@ class LocalEngine:
         self._queue: deque[_Call | _Generation] = deque()
         self._cond = threading.Condition()
         self._stopped = threading.Event()
-        self._released = False  # the host thread is asked to stop serving (the engine lives on)
+        self._released = False  # the main thread is asked to stop serving (the engine lives on)
         self._interrupted = False  # Ctrl-C: new requests fail at once, until `recover`
         self._cut_short = 0  # requests the serving thread was running when Ctrl-C reached it
         self._worker: threading.Thread | None = None
-        if not host.adopt(self):
+        if not main_thread.adopt(self):
             self.ensure_worker()
 
     def ensure_worker(self) -> None:
@@ -163,9 +163,7 @@ class LocalEngine:
         """Ctrl-C reached the serving thread: fail the queued requests, and new ones until `recover`.
 
         Returns how many requests failed with KeyboardInterrupt, counting those the serving thread
-        was running; their callers see the Ctrl-C when they wait on them. Once this returns the
-        engine takes no lock a caller may hold, so the host may then raise KeyboardInterrupt in a
-        caller's thread at any bytecode (even inside `_put`) and never wait on a lock left held.
+        was running; their callers see the Ctrl-C when they wait on them.
         """
         with self._cond:
             self._interrupted = True
@@ -224,7 +222,7 @@ class LocalEngine:
                 # Trainer, scorer and sampler must all see the logits of the model's own forward.
                 check_output_head(model, name)
                 share_fused_storage(model)  # the fused decode step then reads these same tensors
-                self._bases[name] = BaseEntry(name, model, AdapterHost(model), self.precision,
+                self._bases[name] = BaseEntry(name, model, Adapters(model), self.precision,
                                                int(model.config.max_position_embeddings))
             return self._bases[name]
 
@@ -425,8 +423,8 @@ def _resolve(future: Future[Any], fn: Callable[[], Any]) -> None:
 
 
 def _stops_serving(exc: BaseException) -> bool:
-    """Ctrl-C on the main thread, which serves the engine under `host.run_hosted`: it stops serving
-    too (the host passes it on); elsewhere a request's exception is only its caller's."""
+    """Ctrl-C on the main thread, which serves the engine under `run_with_engine_on_main_thread`: it
+    stops serving too (`main_thread` passes it on); elsewhere a request's exception is only its caller's."""
     return isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread()
 
 

@@ -11,9 +11,10 @@ import chz
 import tinker
 
 from recipes_lib.argv import config_from_argv, debug_tracebacks
-from recipes_lib.backends import run_hosted
+from recipes_lib.backends import run_with_engine_on_main_thread
 from recipes_lib.backends.hosted import server_gone_raises
 from recipes_lib.checkpoints import last_resumable
+from recipes_lib.config import BackendConfig
 from recipes_lib.exceptions import BackendUnavailable, RecipesError
 from recipes_lib.machine_errors import machine_error
 from recipes_lib.run_lock import release_all
@@ -31,7 +32,10 @@ def run_recipe(main: Callable[[T], Any], blueprint: chz.Blueprint[T], argv: Sequ
     """
     config = config_from_argv(blueprint, argv)
     with user_errors(config):
-        run_hosted(lambda: main(config))  # the local engine serves from this (main) thread: see `host`
+        if getattr(config, "backend", BackendConfig()).kind == "local":
+            run_with_engine_on_main_thread(lambda: main(config))  # the local engine computes on this (main) thread
+        else:
+            main(config)  # a remote API: no engine here, and Ctrl-C reaches the recipe directly
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ LAYER_OF = {package: index for index, layer in enumerate(LAYERS) for package in 
 ENGINE = "local_tinker"
 ENGINE_DOORWAYS: dict[str, str] = {
     "local_tinker.clients": "recipes_lib/backends/__init__.py",
-    "local_tinker.host": "recipes_lib/backends/__init__.py",
+    "local_tinker.main_thread": "recipes_lib/backends/__init__.py",
     "local_tinker.export": "recipes_lib/export.py",
     "local_tinker.tokenizers": "recipes_lib/tokenizers.py",
     "local_tinker.errors": "recipes_lib/exceptions.py",

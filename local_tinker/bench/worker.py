@@ -12,9 +12,9 @@ import chz
 
 from local_tinker.bench.run import BenchConfig, peak_rss_mb, run_group
 from local_tinker.command import config_from_argv
-from local_tinker.host import run_hosted
+from local_tinker.main_thread import run_with_engine_on_main_thread
 
-# Groups that time our engine run as a recipe does (`host.run_hosted`); the peers' groups run on
+# Groups that time our engine run as a recipe does (`main_thread.run_with_engine_on_main_thread`); the peers' groups run on
 # the main thread as a user's script would, and TRL, timed beside our engine, on the engine's thread.
 HOSTED = ("trl", "rl_batch", "engine_train", "engine_sample")
 
@@ -27,7 +27,7 @@ def main(argv: list[str]) -> None:
     out, name, *config_argv = argv
     config = config_from_argv(chz.Blueprint(BenchConfig), config_argv)
     if name.partition("/")[0] in HOSTED:  # as recipes run: the engine serves from the main thread
-        result = run_hosted(lambda: run_group(config, name))
+        result = run_with_engine_on_main_thread(lambda: run_group(config, name))
     else:
         result = run_group(config, name)
     result.peak_rss_mb = peak_rss_mb()

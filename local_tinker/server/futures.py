@@ -70,7 +70,7 @@ class ServerInterrupted(RuntimeError):
 def _without_interrupts(future: Future[Any]) -> Future[Any]:
     """`future`, failing with `ServerInterrupted` where it fails with KeyboardInterrupt.
 
-    Ctrl-C on the server fails the engine's requests with KeyboardInterrupt (`host`); asyncio
+    Ctrl-C on the server fails the engine's requests with KeyboardInterrupt (`main_thread`); asyncio
     treats that exception as fatal to its event loop, so it must not reach the request handlers.
     """
     mirror: Future[Any] = Future()

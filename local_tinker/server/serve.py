@@ -85,10 +85,10 @@ def serve(config: ServerConfig) -> None:
               "HTTP (no TLS), so the API key and data cross the network readable.", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
                                            access_log=False))
-    from local_tinker import host
+    from local_tinker import main_thread
 
     # Under `run_recipe` this runs on a second thread; Ctrl-C there asks uvicorn to shut down.
-    host.on_interrupt(lambda: setattr(server, "should_exit", True))
+    main_thread.on_interrupt(lambda: setattr(server, "should_exit", True))
     server.run()
 
 

@@ -48,7 +48,7 @@ def trainer_logprobs(trainer: TrainingClient, datums: list[types.Datum]) -> list
 
 
 def adapter_weights(trainer: TrainingClient) -> list[torch.Tensor]:
-    return [t.clone() for t in trainer._base.host.state_dict(trainer._adapter).values()]
+    return [t.clone() for t in trainer._base.adapters.state_dict(trainer._adapter).values()]
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""`host.run_hosted`: the recipe runs on a second thread and the main thread serves its local engine.
+"""`host.run_with_engine_on_main_thread`: the recipe runs on a second thread and the main thread serves its local engine.
 
 Each case runs in a fresh interpreter, where the test controls which thread is the main one.
 """
@@ -20,7 +20,7 @@ import threading, torch
 from tinker import types
 from local_tinker.clients import ServiceClient
 from local_tinker.engine import get_engine
-from local_tinker.host import run_hosted
+from local_tinker.main_thread import run_with_engine_on_main_thread
 """
 
 
@@ -40,7 +40,7 @@ def test_the_main_thread_serves_the_engine_the_recipe_creates() -> None:
             engine = get_engine("float32", "cpu")
             served_by = engine.call(lambda: (threading.current_thread().name, torch.get_num_threads())).result()
             return threading.current_thread().name, torch.get_num_threads(), served_by, len(response.sequences)
-        print(run_hosted(recipe))
+        print(run_with_engine_on_main_thread(recipe))
         # After the recipe, the same engine still serves this process's requests, on a worker thread.
         print(get_engine("float32", "cpu").call(lambda: threading.current_thread().name).result())
     """)
@@ -52,45 +52,46 @@ def test_the_main_thread_serves_the_engine_the_recipe_creates() -> None:
 
 def test_the_recipes_result_and_error_come_back_to_the_caller() -> None:
     out = _python("""
-        print(run_hosted(lambda: 41 + 1))
+        print(run_with_engine_on_main_thread(lambda: 41 + 1))
         def fails():
             raise ValueError("bad key")
         try:
-            run_hosted(fails)
+            run_with_engine_on_main_thread(fails)
         except ValueError as exc:
             print("raised", exc)
-        print(run_hosted(lambda: run_hosted(lambda: threading.current_thread().name)))  # nested: same thread
+        print(run_with_engine_on_main_thread(lambda: run_with_engine_on_main_thread(lambda: threading.current_thread().name)))  # nested: same thread
     """)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-3:] == ["42", "raised bad key", "recipes-main"]
 
 
-@pytest.mark.parametrize("where", ["waiting", "training"])
+@pytest.mark.parametrize("where", ["own_work", "training", "before_the_engine"])
 def test_ctrl_c_reaches_the_recipe_and_then_the_caller(where: str) -> None:
     """Ctrl-C on the main thread (SIGINT from another thread here) unwinds the recipe's thread once.
 
-    Training, it comes from the request the recipe waits on; waiting on nothing of the engine's, it
-    is raised in the recipe's thread.
+    Training, it comes from the request the recipe waits on; busy with its own work (a sleep), from
+    its next request; before it made its engine, from the first request of the engine it makes.
     """
     out = _python(f"""
         import os, signal, time
         unwound = []
         def recipe():
-            service = ServiceClient(precision="float32", device="cpu")
-            trainer = service.create_lora_training_client("recipes/tiny-llama", rank=2, seed=0)
-            datum = types.Datum(model_input=types.ModelInput.from_ints([5, 6, 7]),
-                                loss_fn_inputs={{"target_tokens": [6, 7, 8], "weights": [1.0, 1.0, 1.0]}})
             threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
             try:
+                if "{where}" == "before_the_engine":
+                    time.sleep(2.0)
+                service = ServiceClient(precision="float32", device="cpu")
+                trainer = service.create_lora_training_client("recipes/tiny-llama", rank=2, seed=0)
+                datum = types.Datum(model_input=types.ModelInput.from_ints([5, 6, 7]),
+                                    loss_fn_inputs={{"target_tokens": [6, 7, 8], "weights": [1.0, 1.0, 1.0]}})
                 while True:
-                    if "{where}" == "training":
-                        trainer.forward_backward([datum], "cross_entropy").result()
-                    else:
-                        time.sleep(0.01)
+                    if "{where}" == "own_work":
+                        time.sleep(0.3)
+                    trainer.forward_backward([datum], "cross_entropy").result()
             finally:
                 unwound.append(True)
         try:
-            run_hosted(recipe)
+            run_with_engine_on_main_thread(recipe)
         except KeyboardInterrupt:
             print("interrupted", unwound)
         # The engine serves this process again, on a worker thread.
