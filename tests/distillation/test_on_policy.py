@@ -10,6 +10,8 @@ from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import load_checkpoints, save_checkpoint
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.logging import read_metrics
+from recipes_lib.run_folder import read_run_settings
+from supervised.number_words import SYSTEM_PROMPT
 from tests.lora_training import train_on_tokens
 
 TINY = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=2", "max_tokens=4",
@@ -55,6 +57,8 @@ def test_two_steps_with_a_checkpoint_teacher(tmp_path: Path, teacher_run: Path, 
     # Evaluated before the first step and after the last (which covers the one before the last step).
     assert "test/exact_match" in rows[1] and "test/exact_match" not in rows[2] and "test/exact_match" in rows[3]
     assert load_checkpoints(tmp_path)[-1].name == "final"
+    # `recipes.chat log_path=...` finds the prompts' system prompt in the run's config.json.
+    assert read_run_settings(tmp_path).system_prompt == SYSTEM_PROMPT
 
 
 def test_teacher_equal_to_the_student_gives_zero_kl(tmp_path: Path) -> None:
@@ -100,3 +104,20 @@ def test_exactly_one_teacher_is_required(tmp_path: Path) -> None:
         if Path(on_policy.DEMO_RUN, "checkpoints.jsonl").exists():
             raise ConfigurationError("make demo (runs/demo exists here, so the hint cannot be shown)")
         on_policy.main(config)
+
+
+def test_a_resumed_run_logs_what_the_uninterrupted_run_logged(tmp_path: Path) -> None:
+    """Seeded samples and the RL loop's checkpoints: stopped after step 0 and resumed, a run logs the
+    uninterrupted run's metrics (timings aside; the first part's length shows only in its done_frac)."""
+    argv = [*TINY, "teacher_log_path=None", "teacher_model_name=recipes/tiny-llama", "evaluate_teacher=False",
+            "eval_every=0", "save_every=1", "kl_penalty_coef=1", "lr_schedule=constant",
+            "behavior_if_log_dir_exists=resume"]
+    train.main(config_from_argv(on_policy.build_config(), [*argv, f"log_path={tmp_path / 'whole'}"]))
+    train.main(config_from_argv(on_policy.build_config(), [*argv, f"log_path={tmp_path / 'parts'}", "max_steps=1"]))
+    train.main(config_from_argv(on_policy.build_config(), [*argv, f"log_path={tmp_path / 'parts'}"]))
+    whole, parts = (
+        [{k: v for k, v in row.items() if not k.startswith("time/") and k != "progress/done_frac"}
+         for row in read_metrics(tmp_path / name)]
+        for name in ("whole", "parts"))
+    assert [row["step"] for row in parts] == [0, 1] and parts == whole
+    assert "teacher_kl" in parts[1] and "optim/kl_sample_train_v1" in parts[1]
