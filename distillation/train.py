@@ -31,7 +31,6 @@ Checkpoints every `save_every` steps and at the end; re-running with
 """
 
 import asyncio
-import logging
 from typing import Literal
 
 import chz
@@ -47,10 +46,9 @@ from recipes_lib.schedules import LRSchedule
 from rl import train as rl_train
 from rl.hooks import TrainingHooks
 
-logger = logging.getLogger(__name__)
-
 LossFn = Literal["importance_sampling", "ppo", "cispo", "dro"]
-TEACHER_PREFIX = "teacher/"
+# The teacher's own evaluation is logged as `teacher/<metric>` (e.g. teacher/test/exact_match).
+TEACHER_NAME = "teacher"
 
 
 @chz.chz
@@ -169,5 +167,5 @@ def training_hooks(config: Config, service: ServiceClient) -> TrainingHooks:
     teacher = open_teacher(source, config.model_name, config.backend, service)
     scorer = TeacherScorer(teacher, config.kl_penalty_coef, config.kl_discount_factor, config.center_kl,
                            config.forward_kl_topk, config.forward_kl_coef, config.forward_kl_until_divergence)
-    references = {TEACHER_PREFIX.rstrip("/"): teacher} if config.evaluate_teacher else {}
+    references = {TEACHER_NAME: teacher} if config.evaluate_teacher else {}
     return TrainingHooks(shape_batch=scorer, reference_samplers=references)
