@@ -598,13 +598,16 @@ async def _extra_loss_metrics(minibatch: _Minibatch) -> dict[str, float]:
 
 
 def _hook_metrics(minibatches: list[_Minibatch], extra_metrics: list[dict[str, float]]) -> dict[str, float]:
-    """The shaper's and extra losses' metrics (averaged over minibatches); extra datums join `optim/num_datums`."""
+    """The shaper's and extra losses' metrics (averaged over minibatches); extra datums join
+    `optim/num_datums`, and a minibatch trained by extra losses alone counts in `optim/num_minibatches`."""
     rows = [{**m.hook_metrics, **extra} for m, extra in zip(minibatches, extra_metrics, strict=True)]
     metrics = mean_metrics([row for row in rows if row])
     extra_datums = sum(len(loss.data_D) for m in minibatches for loss, _ in m.extra)
     if extra_datums:
         trained = sum(len(m.batch.data_D) for m in minibatches if m.forward_backward is not None)
         metrics["optim/num_datums"] = float(trained + extra_datums)
+        metrics["optim/num_minibatches"] = float(sum(m.forward_backward is not None or bool(m.extra)
+                                                     for m in minibatches))
     return metrics
 
 

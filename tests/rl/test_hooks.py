@@ -140,7 +140,7 @@ def test_a_shaper_may_leave_out_the_policy_gradient_pass(tmp_path: Path, monkeyp
     asyncio.run(train.main_async(_config(tmp_path), _hooks(_Shaper(policy_loss=False))))
     assert [e[0] for e in events] == ["cross_entropy", "optim_step"] * 2
     for row in read_metrics(tmp_path):
-        assert row["optim/num_datums"] == 2.0 and "extra/loss_sum" in row
+        assert row["optim/num_datums"] == 2.0 and row["optim/num_minibatches"] == 1.0 and "extra/loss_sum" in row
         assert "optim/kl_sample_train_v1" not in row and "optim/loss_sum" not in row
 
 
