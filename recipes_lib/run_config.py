@@ -2,7 +2,7 @@
 distillation configs extend it (a pipeline may change a default, and says why where it does)."""
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import chz
 
@@ -55,3 +55,9 @@ class RunConfig:
                 raise ConfigurationError(f"{key} must be >= 0, got {getattr(self, key)}.")
         if self.num_epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
             raise ConfigurationError("num_epochs and max_steps must be >= 1.")
+
+
+def run_settings(config: RunConfig) -> dict[str, Any]:
+    """The shared run fields of `config` by name, to build another pipeline's run from (a pipeline
+    that runs on another's loop, as distillation runs on RL's)."""
+    return {name: getattr(config, name) for name in chz.chz_fields(RunConfig)}
