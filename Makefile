@@ -47,7 +47,7 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 bench: setup $(BENCH_STAMP)
-	$(BIN)/python -m recipes_lib.bench server=True $(BENCH_ARGS)
+	$(BIN)/python -m local_tinker.bench server=True $(BENCH_ARGS)
 
 # The README's learning figures (sl_basic, rl_basic, dpo_basic, prompt distillation, each at its defaults),
 # written to docs/figures.md with the date.
@@ -55,7 +55,7 @@ reproduce: setup
 	PYTHON=$(BIN)/python scripts/reproduce.sh
 
 # Every package of the project (tests/test_layering.py lists the same ones in LAYERS).
-TYPED := recipes_lib renderers eval supervised rl preference distillation tool_use recipes examples scripts
+TYPED := local_tinker recipes_lib renderers eval supervised rl preference distillation tool_use recipes examples scripts
 
 typecheck: setup
 	$(BIN)/python -m mypy $(TYPED)

@@ -52,6 +52,24 @@ class Completion:
         return logprobs_T, mask_T
 
 
+def completion_from_datum(datum: tinker.types.Datum, mask_T: np.ndarray) -> Completion:
+    """The completion an RL datum of a single-turn episode holds: the prompt, then the sampled tokens.
+
+    The datum's targets are `sequence[1:]`; its mask is 0 on the prompt's targets and 1 on every
+    sampled token after them (one turn), so the first sampled token is target `t0`, token `t0 + 1`.
+    """
+    mask_T = np.asarray(mask_T)
+    sampled = np.flatnonzero(mask_T > 0)
+    if sampled.size == 0 or not np.all(mask_T[sampled[0] :] > 0):
+        raise DataFormatError("Distillation scores single-turn answers: a datum's sampled tokens must be one run "
+                              "at its end, after the prompt.")
+    targets = np.asarray(datum.loss_fn_inputs["target_tokens"].to_numpy(), dtype=np.int64)
+    sequence = [*datum.model_input.to_ints(), int(targets[-1])]
+    first = int(sampled[0]) + 1
+    logprobs = np.asarray(datum.loss_fn_inputs["logprobs"].to_numpy(), dtype=np.float64)[sampled[0] :]
+    return Completion(sequence[:first], sequence[first:], [float(lp) for lp in logprobs])
+
+
 def teacher_targets_T(completion: Completion, teacher_logprobs: Sequence[float | None]) -> np.ndarray:
     """The teacher's log-probs of the target tokens, shape (T,), from `compute_logprobs(sequence)`.
 

@@ -2,15 +2,31 @@
 
 Distillation needs no answers, only prompts: the student writes its own answers and the teacher
 grades them token by token. A `PromptDataset` hands out batches of prompts; a
-`PromptDatasetBuilder` is the chz config that makes one.
+`PromptDatasetBuilder` is the chz config that makes one. For the RL loop each prompt becomes a
+single-turn `PromptEnv` (reward 0: the teacher's scores are the signal), sampled `group_size` times
+as one group (`PromptEnvDatasetBuilder`).
 """
 
+import functools
 from collections.abc import Sequence
 
 import chz
+import tinker
 
+from recipes_lib.config import check_positive
 from recipes_lib.exceptions import ConfigurationError
-from renderers import Message
+from renderers import Message, Renderer
+from rl.dataset import RepeatedEnvGroupBuilder, renderer_for
+from rl.types import (
+    Action,
+    Env,
+    EnvGroupBuilder,
+    Observation,
+    RLDataset,
+    RLDatasetBuilder,
+    StepResult,
+    StopCondition,
+)
 from supervised.number_words import SYSTEM_PROMPT, prompt_messages, split_numbers
 
 
@@ -59,3 +75,53 @@ class NumberWordsPromptsBuilder(PromptDatasetBuilder):
     def __call__(self) -> PromptDataset:
         numbers = split_numbers(self.num_prompts, self.num_heldout, self.seed).train_N
         return PromptDataset([prompt_messages(n, self.system_prompt) for n in numbers], self.batch_size)
+
+
+class PromptEnv(Env):
+    """One prompt, one reply, reward 0: the reply is graded by the teacher, not by the env."""
+
+    def __init__(self, renderer: Renderer, messages: list[Message]):
+        self.renderer = renderer
+        self.messages = messages
+
+    async def initial_observation(self) -> tuple[Observation, StopCondition]:
+        return self.renderer.build_generation_prompt(self.messages), self.renderer.get_stop_sequences()
+
+    async def step(self, action: Action) -> StepResult:
+        return StepResult(reward=0.0, episode_done=True, next_observation=tinker.types.ModelInput.empty(),
+                          next_stop_condition=self.renderer.get_stop_sequences())
+
+
+class PromptEnvDataset(RLDataset):
+    """Batch `i` of the prompts as groups of `group_size` `PromptEnv`s, one group per prompt."""
+
+    def __init__(self, prompts: PromptDataset, renderer: Renderer, group_size: int):
+        self.prompts, self.renderer, self.group_size = prompts, renderer, group_size
+
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        return [RepeatedEnvGroupBuilder(functools.partial(PromptEnv, self.renderer, messages), self.group_size)
+                for messages in self.prompts.get_batch(index)]
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+@chz.chz
+class PromptEnvDatasetBuilder(RLDatasetBuilder):
+    """The RL loop's dataset of a distillation run: its prompts, rendered for the student."""
+
+    prompts: PromptDatasetBuilder
+    # The student's base model, whose tokenizer renders the prompts.
+    model_name_for_tokenizer: str
+    # None: the model's recommended renderer.
+    renderer_name: str | None = None
+    # Completions sampled per prompt.
+    group_size: int = 4
+
+    @chz.validate
+    def _check_group_size(self) -> None:
+        check_positive(group_size=self.group_size)
+
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        renderer = renderer_for(self.model_name_for_tokenizer, self.renderer_name)
+        return PromptEnvDataset(self.prompts(), renderer, self.group_size), None

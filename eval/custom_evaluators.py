@@ -16,8 +16,8 @@ one batch and the hosted API in parallel.
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 
-from eval.evaluators import SamplingClientEvaluator
 from recipes_lib.completers import SamplingClientLike
+from recipes_lib.evaluators import SamplingClientEvaluator
 from recipes_lib.exceptions import DataFormatError
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import Message, get_renderer

@@ -25,10 +25,10 @@ from inspect_ai.model import GenerateConfig, Model
 # none is set; `INSPECT_DISPLAY` is read by this same initializer. Pinned in constraints.txt.
 from inspect_ai.util._display import init_display_type
 
-from eval.evaluators import SamplingClientEvaluator
 from eval.inspect_bridge import InspectAPIFromTinkerSampling
 from eval.tasks import resolve_tasks
 from recipes_lib.completers import SamplingClientLike
+from recipes_lib.evaluators import SamplingClientEvaluator
 from recipes_lib.exceptions import ConfigurationError
 
 logger = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 from tinker import types
 
-from eval.evaluators import TrainingClientEvaluator
 from recipes_lib.backends.protocols import TrainingClient
+from recipes_lib.evaluators import TrainingClientEvaluator
 from recipes_lib.exceptions import DataFormatError
 
 MAX_DATUMS_PER_REQUEST = 256

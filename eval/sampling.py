@@ -14,8 +14,8 @@ from typing import Any
 
 from tinker import types
 
-from eval.evaluators import SamplingClientEvaluator
 from recipes_lib.backends.protocols import SamplingClient
+from recipes_lib.evaluators import SamplingClientEvaluator
 from renderers import Message, Renderer
 
 logger = logging.getLogger(__name__)

@@ -154,7 +154,8 @@ class HuggingFaceComparisonBuilder(ComparisonDatasetBuilder):
 
     def _split(self, split: str, limit: int | None) -> Split:
         hint = ("Offline, pass dataset_path=<a local copy of the data set> or train on a JSONL file of "
-                "comparisons (dataset=jsonl dataset.train_path=<file>.jsonl)")
+                "comparisons (ComparisonBuilderFromJsonl, train_path=<file>.jsonl; in DPO: dataset=jsonl "
+                "dataset.train_path=<file>.jsonl)")
         rows = load_hub_split(self.dataset_path, self.config_name, split, hint)
         if limit is not None:
             rows = rows.select(range(min(limit, len(rows))))

@@ -18,12 +18,12 @@ from typing import Literal
 import chz
 from tinker import types
 
-from eval.evaluators import SamplingClientEvaluator
 from preference.datasets import ComparisonDatasetBuilder
 from preference.reward_model import PreferenceModel, PreferenceModelBuilder
 from preference.types import Comparison, LabeledComparison
 from recipes_lib.backends import make_service_client
 from recipes_lib.backends.protocols import SamplingClient
+from recipes_lib.evaluators import SamplingClientEvaluator
 from recipes_lib.exceptions import ConfigurationError
 from renderers import Message, Renderer
 from renderers.completers import TinkerMessageCompleter

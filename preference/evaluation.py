@@ -13,13 +13,13 @@ from collections.abc import Sequence
 import chz
 import torch
 
-from eval.evaluators import TrainingClientEvaluator
 from eval.sampling import ExactMatchEvaluator, ReferenceExample
 from preference.data import PreferencePair, pairs_to_datums
 from preference.datasets import ComparisonDatasetBuilder
 from preference.losses import PairLogprobs, dpo_metrics, sequence_logprobs, split_pairs
 from preference.reference import ReferenceScorer
 from recipes_lib.backends.protocols import TrainingClient
+from recipes_lib.evaluators import TrainingClientEvaluator
 from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import get_renderer

@@ -20,12 +20,12 @@ from collections.abc import Sequence
 import chz
 from tinker import types
 
-from eval.evaluators import SamplingClientEvaluator
 from preference.datasets import ComparisonDatasetBuilder
 from preference.types import Comparison, LabeledComparison
 from recipes_lib.backends import make_service_client
 from recipes_lib.backends.protocols import SamplingClient
 from recipes_lib.config import BackendConfig, backend_field
+from recipes_lib.evaluators import SamplingClientEvaluator
 from recipes_lib.exceptions import DataFormatError
 from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.tokenizers import get_tokenizer

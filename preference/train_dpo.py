@@ -25,54 +25,39 @@ import numpy as np
 import torch
 from tinker import types
 
-from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators
 from preference.data import DPODatasetBuilder, PreferencePairDataset, pairs_to_datums
 from preference.evaluation import DPOEvaluator, pair_logprobs
 from preference.losses import dpo_loss, dpo_metrics, sequence_logprobs
 from preference.reference import ReferenceScorer
 from recipes_lib.backends.protocols import SamplingClient, ServiceClient, TrainingClient
 from recipes_lib.checkpoints import CheckpointRecord, save_checkpoint
-from recipes_lib.cli import LogdirBehavior, eval_due, open_run, run_recipe, start_run
-from recipes_lib.config import BackendConfig, backend_field, check_positive
-from recipes_lib.exceptions import ConfigurationError
+from recipes_lib.cli import run_recipe
+from recipes_lib.config import check_positive
+from recipes_lib.evaluators import Evaluator, run_evaluators
 from recipes_lib.hyperparams import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, adam_params
+from recipes_lib.lifecycle import eval_due, open_run, start_run
+from recipes_lib.run_config import RunConfig
 from recipes_lib.schedules import LRSchedule, lr_multiplier
 
 logger = logging.getLogger(__name__)
 
 
 @chz.chz
-class Config:
-    """A DPO run. Fields are `key=value` on the command line (`dataset_builder.batch_size=8`)."""
+class Config(RunConfig):
+    """A DPO run: the shared run settings (`RunConfig`) and these (`dataset_builder.batch_size=8`)."""
 
-    log_path: str  # run folder: config.json, metrics.jsonl, checkpoints.jsonl
-    model_name: str  # base model of the policy, and of the reference (the starting weights)
     dataset_builder: DPODatasetBuilder  # comparisons -> (chosen, rejected) pairs, batch_size pairs a step
-    renderer_name: str | None = None  # overrides dataset_builder.renderer_name when set (default: model's)
-    load_checkpoint_path: str | None = None  # start (and reference) from these weights, e.g. an SFT run's
-    learning_rate: float = 1e-5  # DPO wants a lower rate than SFT (the Tinker docs suggest 1e-5 to 1e-6 full FT)
+    # DPO wants a lower rate than SFT (the Tinker docs suggest 1e-5 to 1e-6 for full fine-tuning).
+    learning_rate: float = 1e-5
     lr_schedule: LRSchedule = "linear"  # decay of learning_rate over the run
     dpo_beta: float = 0.1  # strength of the pull toward the reference: larger = stay closer
-    num_epochs: int = 1  # passes over the training pairs
-    max_steps: int | None = None  # stop early after this many steps (smoke runs)
-    lora_rank: int = 32  # LoRA rank of the policy adapter
-    seed: int | None = 0  # LoRA initialisation, so reruns and resumed runs are comparable; None: random
     adam_beta1: float = ADAM_BETA1
     adam_beta2: float = ADAM_BETA2
     adam_eps: float = ADAM_EPS
-    save_every: int = 20  # steps between resumable checkpoints (0: only the final one)
-    eval_every: int = 10  # steps between evaluations of the held-out pairs (0: only after the last step)
-    evaluator_builders: list[EvaluatorBuilder] = chz.field(default_factory=list)  # extra evaluators
-    behavior_if_log_dir_exists: LogdirBehavior = "ask"  # resume / delete / raise / ask
-    backend: BackendConfig = backend_field()
-    wandb_project: str | None = None
-    wandb_name: str | None = None
 
     @chz.validate
     def _check(self) -> None:
-        check_positive(dpo_beta=self.dpo_beta, learning_rate=self.learning_rate, lora_rank=self.lora_rank)
-        if self.num_epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
-            raise ConfigurationError("num_epochs and max_steps must be >= 1.")
+        check_positive(dpo_beta=self.dpo_beta)
 
     @chz.init_property
     def resolved_dataset_builder(self) -> DPODatasetBuilder:

@@ -18,10 +18,12 @@ from tinker import types
 from recipes.arithmetic.env import ArithmeticDatasetBuilder
 from recipes_lib.backends import make_service_client
 from recipes_lib.checkpoints import create_or_resume_training_client, save_checkpoint
-from recipes_lib.cli import LogdirBehavior, run_recipe, start_run
+from recipes_lib.cli import run_recipe
 from recipes_lib.completers import TinkerTokenCompleter
 from recipes_lib.config import BackendConfig, backend_field, check_group_size, check_positive
+from recipes_lib.lifecycle import start_run
 from recipes_lib.paths import SMOLLM2_NAME
+from recipes_lib.run_config import LogdirBehavior
 from recipes_lib.summary import setup_logging
 from rl.advantages import compute_advantages, remove_constant_reward_groups
 from rl.data import assemble_training_data

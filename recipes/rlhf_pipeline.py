@@ -21,7 +21,6 @@ learns which is preferred, and RL moves the policy toward it.
 
 import chz
 
-from eval.evaluators import EvaluatorBuilder
 from preference.data import ChosenCompletionsBuilder
 from preference.datasets import ComparisonDatasetBuilder
 from preference.envs import PairwisePreferenceRLDatasetBuilder, TournamentPattern, WinRateEvaluatorBuilder
@@ -32,9 +31,11 @@ from preference.reward_model import (
     PreferenceModelBuilder,
 )
 from recipes.arithmetic.comparisons import ArithmeticComparisonBuilder
-from recipes_lib.cli import LogdirBehavior, run_recipe
+from recipes_lib.cli import run_recipe
 from recipes_lib.config import BackendConfig, backend_field
+from recipes_lib.evaluators import EvaluatorBuilder
 from recipes_lib.paths import SMOLLM2_NAME
+from recipes_lib.run_config import LogdirBehavior
 from recipes_lib.run_folder import final_paths
 from rl import train as rl_train
 from supervised import train as sl_train

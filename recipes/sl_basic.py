@@ -3,14 +3,22 @@
     python -m recipes.sl_basic                                      # minutes on a laptop CPU (docs/figures.md)
     python -m recipes.sl_basic learning_rate=3e-4 log_path=/tmp/sl-lr-3e-4
     python -m recipes.sl_basic dataset.num_heldout=96               # the exact-match evaluator follows the data
+    python -m recipes.sl_basic dataset=example_data/conversations.jsonl   # your own conversations
+    python -m recipes.sl_basic dataset=HuggingFaceH4/no_robots      # needs the Hugging Face hub
     python -m recipes.sl_basic --help                               # every key, with its value
 
 160 steps of 16 conversations ("Write 4072 in words." -> "four thousand seventy-two", from
 recipes/number_words/); held-out greedy exact match is `test/exact_match` in metrics.jsonl.
 `dataset.<key>=...` sets the data's settings (`dataset.common_config.batch_size=8`, or
-`...batch_size=8`); every other key is a field of `supervised.train.Config`. Your own data has its
-own defaults: `python -m supervised.train_cli dataset=jsonl dataset.file_path=my.jsonl model_name=...`.
+`...batch_size=8`); every other key is a field of `supervised.train.Config`.
+
+Other data (`dataset=<file>.jsonl`, `dataset=<owner>/<name>` or another name of `recipes/datasets.py`)
+starts from the supervised CLI's defaults instead (`supervised.train_cli`, with its preset for a file or
+a hub id): no numbers to grade, so no exact-match evaluator, and the model's default learning rate.
 """
+
+import sys
+from collections.abc import Sequence
 
 import chz
 from chz.blueprint import Castable, Reference
@@ -21,13 +29,15 @@ from recipes_lib.paths import SMOLLM2_NAME
 from supervised import train, train_cli
 from supervised.number_words import SYSTEM_PROMPT
 
+RUN = {"log_path": "/tmp/recipes-examples/sl_basic", "model_name": SMOLLM2_NAME, "lr_schedule": "linear",
+       "save_every": 100}
+
 
 def build_config() -> chz.Blueprint[train_cli.Config]:
     """The recipe's defaults; the command line overrides any of them."""
     evaluator = "evaluator_builders.0"
     return train_cli.build_config().apply({
-        "log_path": "/tmp/recipes-examples/sl_basic",
-        "model_name": SMOLLM2_NAME,
+        **RUN,
         "dataset": Castable("number_words"),
         "dataset.num_train": 2560,  # 160 steps of 16
         # Given here, not only as the builder's defaults, so that the evaluator's references find them.
@@ -37,9 +47,7 @@ def build_config() -> chz.Blueprint[train_cli.Config]:
         "dataset.common_config.batch_size": 16,
         "dataset.common_config.max_length": 128,
         "learning_rate": 1e-3,  # the best of a sweep on this data (docs/findings.md)
-        "lr_schedule": "linear",
         "eval_every": 20,
-        "save_every": 100,
         # Greedy exact match on the numbers the dataset held out (the same split, so it follows the data).
         evaluator: NumberWordsExactMatchBuilder,
         f"{evaluator}.model_name": Reference("model_name"),
@@ -54,5 +62,12 @@ def main(config: train.Config) -> None:
     train.main(config)
 
 
+def blueprint_for(argv: Sequence[str]) -> tuple[chz.Blueprint[train_cli.Config], list[str]]:
+    """This recipe, or for other data the supervised CLI's defaults with RUN; and the arguments left."""
+    own_data, args = train_cli.own_data_arguments(argv)  # dataset=<file>.jsonl or <owner>/<name>
+    other_data = own_data is not None or any(a.startswith("dataset=") and a != "dataset=number_words" for a in args)
+    return train_cli.build_config().apply(RUN | (own_data or {})) if other_data else build_config(), args
+
+
 if __name__ == "__main__":
-    run_recipe(main, build_config())
+    run_recipe(main, *blueprint_for(sys.argv[1:]))

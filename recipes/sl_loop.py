@@ -17,12 +17,14 @@ from tinker import types
 
 from recipes_lib.backends import make_service_client
 from recipes_lib.checkpoints import create_or_resume_training_client, save_checkpoint
-from recipes_lib.cli import LogdirBehavior, run_recipe, start_run
+from recipes_lib.cli import run_recipe
 from recipes_lib.config import BackendConfig, backend_field, check_positive
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.hyperparams import get_lr
+from recipes_lib.lifecycle import start_run
 from recipes_lib.model_info import get_recommended_renderer_name
 from recipes_lib.paths import SMOLLM2_NAME
+from recipes_lib.run_config import LogdirBehavior
 from recipes_lib.summary import setup_logging
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import TrainOnWhat, get_renderer

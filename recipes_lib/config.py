@@ -42,7 +42,7 @@ def local(precision: Precision = "auto", device: Device = "auto") -> BackendConf
 
 def tinker(base_url: str | None = None, api_key: str | None = None, precision: Precision = "auto",
            device: Device = "auto") -> BackendConfig:
-    """`backend=tinker`: the hosted Tinker API (or a `python -m recipes_lib.server`) through the SDK.
+    """`backend=tinker`: the hosted Tinker API (or a `python -m local_tinker.server`) through the SDK.
 
     `precision` and `device` are accepted so a recipe's local defaults (`backend.precision=...`)
     still apply cleanly; the server decides its own numerics, so they have no effect here.

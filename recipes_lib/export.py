@@ -146,9 +146,9 @@ def adapter_folder(model_path: str, scratch: Path, backend: BackendConfig) -> Pa
     if Path(model_path).expanduser().is_dir():
         folder = Path(model_path).expanduser()
     else:
-        from recipes_lib.backends.local import storage
+        from local_tinker.export import checkpoint_folder
 
-        folder = storage.CheckpointPath.parse(model_path).require()
+        folder = checkpoint_folder(model_path)
     missing = [name for name in ADAPTER_FILES if not (folder / name).exists()]
     if missing:
         raise CheckpointError(f"{folder} holds no peft adapter (missing {', '.join(missing)}); pass a sampler "
@@ -180,41 +180,12 @@ def export_adapter(adapter: Path, out: Path) -> None:
 
 def export_merged(adapter: Path, out: Path) -> None:
     """The engine's base model with the adapter merged in, as a Hugging Face model folder."""
-    from recipes_lib.backends.local.models import load_base_model
+    from local_tinker.export import merged_model
 
     config = read_adapter_config(adapter)
-    model = load_base_model(config["base_model_name_or_path"])
-    merge_lora(model, _read_tensors(adapter / ADAPTER_FILES[1]), config["lora_alpha"] / config["r"])
+    model = merged_model(adapter, config["base_model_name_or_path"], config["lora_alpha"] / config["r"])
     model.save_pretrained(str(out), safe_serialization=True)
     _save_tokenizer(config["base_model_name_or_path"], out)
-
-
-def merge_lora(model: Any, state: dict[str, Any], scale: float) -> None:
-    """Add `scale * B @ A` to the weight of every module the adapter `state` adapts (in place)."""
-    import torch
-
-    from recipes_lib.backends.local.adapters import lora_deltas
-
-    deltas = lora_deltas(state, scale)
-    if not deltas:
-        raise CheckpointError("The adapter holds no lora_A/lora_B weights; nothing to merge.")
-    output = model.get_output_embeddings()
-    tied = output is not None and output.weight is model.get_input_embeddings().weight
-    with torch.no_grad():
-        for path, (a_r_in, b_out_r, lora_scale) in deltas.items():
-            module = model.get_submodule(path)
-            if tied and module is output:  # give lm_head its own copy, so the embeddings stay as they were
-                module.weight = torch.nn.Parameter(module.weight.detach().clone(), requires_grad=False)
-                model.config.tie_word_embeddings = False
-                tied = False
-            delta = lora_scale * (b_out_r.to(torch.float32) @ a_r_in.to(torch.float32))
-            module.weight += delta.to(module.weight.dtype)
-
-
-def _read_tensors(path: Path) -> dict[str, Any]:
-    from recipes_lib.backends.local.storage import read_tensors
-
-    return read_tensors(path)
 
 
 def _save_tokenizer(model_name: str, out: Path) -> None:

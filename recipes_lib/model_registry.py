@@ -2,8 +2,9 @@
 
 Covers the Tinker lineup (spec page "Available Models"), SmolLM2-135M-Instruct (the local engine's
 real model) and the tiny random test models. Dimensions are those of each model's Hugging Face
-`config.json`; `recipes_lib.hyperparams` derives learning rates and LoRA sizes from them, and
-`recipes_lib.tokenizers` reads whether a model ends its turns as a chat model does. Choosing a
+`config.json`; `recipes_lib.hyperparams` derives learning rates and LoRA sizes from them. Whether a
+model ends its turns as a chat model does is the engine's tokenizers' to tell (a test holds the
+two to each other). Choosing a
 renderer (for models outside the registry too) is `recipes_lib.model_info`'s.
 """
 
@@ -70,7 +71,7 @@ _QWEN3_32B = Architecture("qwen3", 5120, 25600, 64, 64, 8, 128, 151936)
 _QWEN3_30B_A3B = Architecture("qwen3_moe", 2048, 0, 48, 32, 4, 128, 151936, 128, 768)
 _QWEN3_235B_A22B = Architecture("qwen3_moe", 4096, 0, 94, 64, 4, 128, 151936, 128, 1536)
 _SMOLLM2_135M = Architecture("llama", 576, 1536, 30, 9, 3, 64, 49152)
-# The local engine's tiny random models (recipes_lib/backends/local/models.py): SmolLM2's vocabulary.
+# The local engine's tiny random models (local_tinker/models.py): SmolLM2's vocabulary.
 _TINY_LLAMA = Architecture("llama", 64, 128, 2, 4, 2, 16, 49152)
 _TINY_QWEN3 = Architecture("qwen3", 64, 128, 2, 4, 2, 16, 49152)
 

@@ -47,6 +47,8 @@ def headline_keys(keys: Iterable[str]) -> list[str]:
     train = [k for k in TRAIN_KEYS if k in keys]
     if "dpo_loss" not in keys:
         train = [k for k in train if k != "accuracy"]  # a DPO metric; elsewhere an evaluator's
+    if "teacher_kl" in keys:  # distillation runs on the RL loop, whose envs then reward nothing
+        train = [k for k in train if k != "env/all/reward/total"]
     lr = [k for k in LR_KEYS if k in keys][:1]
     known = [k for k in EVAL_KEYS if k in keys]
     others = sorted(k for k in keys - set(known) - set(train) if k.endswith(EVAL_SUFFIXES) and k != "accuracy")

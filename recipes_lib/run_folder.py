@@ -56,11 +56,20 @@ def read_run_settings(log_path: str | Path) -> RunSettings:
         raise DataFormatError(f"{path} cannot be read as JSON ({exc}); it should be the run's resolved config.") from None
     if not isinstance(config, dict):
         raise DataFormatError(f"{path} is not a JSON object; it should be the run's resolved config.")
-    builder = config.get("dataset_builder")
-    system_prompt = builder.get("system_prompt") if isinstance(builder, dict) else None
     return RunSettings(model_name=_str_or_none(config.get("model_name")),
                        renderer_name=_str_or_none(config.get("renderer_name")),
-                       system_prompt=_str_or_none(system_prompt))
+                       system_prompt=_str_or_none(_system_prompt(config.get("dataset_builder"))))
+
+
+def _system_prompt(builder: Any) -> Any:
+    """`system_prompt` of a dataset builder's config, or of a builder it wraps (one level down, as an
+    RL dataset of prompts wraps the prompts' builder)."""
+    if not isinstance(builder, dict):
+        return None
+    if "system_prompt" in builder:
+        return builder["system_prompt"]
+    inner = [value["system_prompt"] for value in builder.values() if isinstance(value, dict) and "system_prompt" in value]
+    return inner[0] if inner else None
 
 
 def _str_or_none(value: Any) -> str | None:

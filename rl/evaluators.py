@@ -5,9 +5,9 @@ The metrics are the training ones with the evaluator's prefix: `test/env/all/cor
 policy's most likely answer and does not change between two evaluations of the same weights.
 """
 
-from eval.evaluators import SamplingClientEvaluator
 from recipes_lib.backends.protocols import SamplingClient
 from recipes_lib.completers import TinkerTokenCompleter
+from recipes_lib.evaluators import SamplingClientEvaluator
 from rl.metrics import compute_trajectory_metrics
 from rl.rollouts import do_group_rollout, gather_or_cancel
 from rl.types import RLDataset

@@ -22,6 +22,10 @@ Each iteration logs `env/all/...` trajectory metrics, `optim/kl_sample_train_v1|
 `eval_every` iterations and after the last; and checkpoints every `save_every` iterations.
 Re-running on the same `log_path` with `behavior_if_log_dir_exists=resume` continues from the
 last checkpoint.
+
+A pipeline built on this loop passes `make_hooks` (`rl.hooks`): a shaper that turns each
+minibatch's datums into per-token advantages from other scores and adds extra losses before the
+same `optim_step`, and reference samplers evaluated once at the start.
 """
 
 import asyncio
@@ -35,16 +39,23 @@ import chz
 import numpy as np
 from tinker import types
 
-from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators_timed, take_samples
 from recipes_lib.backends import sampling_client_now
 from recipes_lib.backends.protocols import Future, SamplingClient, ServiceClient, TrainingClient
 from recipes_lib.checkpoints import CheckpointRecord, save_step_checkpoint
-from recipes_lib.cli import LogdirBehavior, eval_due, open_run, save_due, start_run
 from recipes_lib.completers import TinkerTokenCompleter, TokenCompleter
-from recipes_lib.config import BackendConfig, backend_field, check_group_size, check_positive
+from recipes_lib.config import check_group_size, check_positive
+from recipes_lib.evaluators import (
+    Evaluator,
+    run_evaluators,
+    run_evaluators_timed,
+    take_samples,
+)
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.hyperparams import adam_params
+from recipes_lib.lifecycle import eval_due, open_run, save_due, start_run
 from recipes_lib.logging import MultiplexLogger, log_samples
+from recipes_lib.run_config import RunConfig
+from recipes_lib.schedules import LRSchedule, lr_multiplier
 from rl.advantages import (
     AdvantageNormalization,
     LossAggregation,
@@ -55,6 +66,7 @@ from rl.advantages import (
 )
 from rl.data import TrainingBatch, loss_input, split_minibatches, with_advantages
 from rl.evaluators import RLTestSetEvaluator
+from rl.hooks import ExtraLoss, HooksFactory, ShapedBatch, TrainingHooks, mean_metrics
 from rl.metrics import compute_kl_sample_train, compute_trajectory_metrics
 from rl.processing import _remove_constant_reward_groups, _remove_mask, assemble_training_data  # noqa: F401 (spec)
 from rl.rollouts import RolloutError, RolloutLimits
@@ -88,34 +100,20 @@ class StreamMinibatchConfig:
 
 
 @chz.chz
-class Config:
-    """Everything an RL run needs; see the module docstring for how the options combine."""
+class Config(RunConfig):
+    """An RL run: the shared run settings (`RunConfig`; the seed also seeds every rollout sample, per
+    step, group and sample) and these; see the module docstring for how the options combine."""
 
-    # Run folder: config.json, metrics.jsonl, checkpoints.jsonl, rollouts/.
-    log_path: str
-    # Base model to train a LoRA adapter on.
-    model_name: str
     # Builds the training dataset of env groups and an optional held-out test dataset.
     dataset_builder: RLDatasetBuilder
-    # Adam learning rate, constant over the run (RL does not decay it).
-    learning_rate: float
     # The most tokens sampled per turn.
     max_tokens: int
-    # The renderer the dataset's envs use; recorded with the run (None: the model's recommended one).
-    renderer_name: str | None = None
-    lora_rank: int = 32
-    # Seed of the LoRA initialisation and of every rollout sample (derived per step, group and
-    # sample), so reruns and resumed runs sample the same tokens; None: random, not reproducible.
-    seed: int | None = 0
-    # Start from these weights (fresh optimizer) instead of a new adapter.
-    load_checkpoint_path: str | None = None
-    backend: BackendConfig = backend_field()
 
     # Sampling temperature of training rollouts; 1.0 samples the policy itself.
     temperature: float = 1.0
     # importance_sampling (REINFORCE with an importance ratio), ppo, cispo, dro, gspo or stable_reinforce
     # (REINFORCE with the importance weight against the sampler's own recorded log-probs, truncated;
-    # its samplers record what they sample: recipes_lib/backends/local/losses.py).
+    # its samplers record what they sample: local_tinker/losses.py).
     loss_fn: LossFn = "importance_sampling"
     # The loss's settings, e.g. clip_low_threshold / clip_high_threshold for ppo, beta for dro.
     loss_fn_config: dict[str, float] | None = None
@@ -125,6 +123,8 @@ class Config:
     # How token terms add up: token_sum, sequence_mean, token_mean (DAPO) or constant (Dr.GRPO:
     # divided by max_tokens); over the groups of one forward_backward. rl/advantages.py.
     loss_aggregation: LossAggregation = "token_sum"
+    # How the learning rate moves over the run: constant (RL's usual), or a linear/cosine decay to 0.
+    lr_schedule: LRSchedule = "constant"
     # Optimizer steps per iteration; the batch is split into this many parts of whole groups.
     num_substeps: int = 1
     # Weight of a penalty on the sampled tokens' log-ratio to the base model, folded into advantages.
@@ -147,32 +147,20 @@ class Config:
     async_config: AsyncConfig | None = None
     stream_minibatch_config: StreamMinibatchConfig | None = None
 
-    # Evaluate every this many iterations (before training on it; not before the last, which the
-    # evaluation after it covers) and after the last; 0: never.
-    eval_every: int = 20
+    # RL evaluates less often than RunConfig's default, and 0 means never (not even after the last).
+    eval_every: int = chz.field(default=20, doc="Evaluate every this many iterations (before training on it; "
+                                "not before the last, which the evaluation after it covers) and after the "
+                                "last; 0: never.")
     # Temperature of the test-set evaluator; 0 is greedy.
     eval_temperature: float = 0.0
-    # More evaluators of sampling clients, built once at the start.
-    evaluator_builders: list[EvaluatorBuilder] = chz.field(default_factory=list)
-    # Checkpoint (resumable state + sampler weights) every this many iterations; 0: only at the end.
-    save_every: int = 20
     # Groups per iteration written to rollouts/iteration_<n>.txt (two summarised on the console at
     # the first iteration and at each evaluation).
     num_groups_to_log: int = 4
-    # Passes over the training dataset (its batches in the same order; every step samples anew).
-    num_epochs: int = 1
-    max_steps: int | None = None
-    behavior_if_log_dir_exists: LogdirBehavior = "ask"
-    wandb_project: str | None = None
-    wandb_name: str | None = None
 
     @chz.validate
     def _check(self) -> None:
-        positive = {"learning_rate": self.learning_rate, "max_tokens": self.max_tokens,
-                    "num_substeps": self.num_substeps, "lora_rank": self.lora_rank, "num_epochs": self.num_epochs}
-        check_positive(**positive)
-        for key, value in {"kl_penalty_coef": self.kl_penalty_coef, "eval_every": self.eval_every,
-                           "save_every": self.save_every, "temperature": self.temperature}.items():
+        check_positive(max_tokens=self.max_tokens, num_substeps=self.num_substeps)
+        for key, value in {"kl_penalty_coef": self.kl_penalty_coef, "temperature": self.temperature}.items():
             if value < 0:
                 raise ConfigurationError(f"{key} must be >= 0, got {value}.")
         if self.async_config is not None and self.stream_minibatch_config is not None:
@@ -209,6 +197,7 @@ class _Run:
     total_steps: int
     base_sampler: SamplingClient | None = None
     steps_without_signal: int = 0  # in a row, up to the last step
+    hooks: TrainingHooks = field(default_factory=TrainingHooks)
 
 
 @dataclass
@@ -216,8 +205,10 @@ class _Minibatch:
     """A submitted forward_backward and the batch it trains on."""
 
     batch: TrainingBatch
-    forward_backward: Future[types.ForwardBackwardOutput]
+    forward_backward: Future[types.ForwardBackwardOutput] | None  # None: a shaper left it out
     kl_policy_base: float | None = None
+    extra: list[tuple[ExtraLoss, Future[types.ForwardBackwardOutput]]] = field(default_factory=list)
+    hook_metrics: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -235,9 +226,9 @@ def main(config: Config) -> None:
     asyncio.run(main_async(config))
 
 
-async def main_async(config: Config) -> None:
-    """Run RL training to the end, inside an existing event loop."""
-    run = await _start(config, start_run(config))
+async def main_async(config: Config, make_hooks: HooksFactory | None = None) -> None:
+    """Run RL training to the end, inside an existing event loop (with the hooks `make_hooks` builds)."""
+    run = await _start(config, start_run(config), make_hooks)
     if run is None:
         return
     try:
@@ -247,7 +238,8 @@ async def main_async(config: Config) -> None:
         run.logger.close()
 
 
-async def _start(config: Config, resume: CheckpointRecord | None) -> _Run | None:
+async def _start(config: Config, resume: CheckpointRecord | None, make_hooks: HooksFactory | None = None
+                 ) -> _Run | None:
     """Resume or create the training client, build the datasets, evaluators, source and loggers
     (None when the run in `log_path` is already finished)."""
     train_dataset, test_dataset = await config.dataset_builder()
@@ -267,6 +259,8 @@ async def _start(config: Config, resume: CheckpointRecord | None) -> _Run | None
     if config.kl_penalty_coef > 0:
         run.base_sampler = (service.create_sampling_client(model_path=config.kl_reference_path)
                             if config.kl_reference_path else service.create_sampling_client(base_model=config.model_name))
+    if make_hooks is not None:
+        run.hooks = make_hooks(service)
     return run
 
 
@@ -320,10 +314,12 @@ async def _loop(run: _Run) -> None:
     config = run.config
     sampler = await _sampler(run)
     run.source.set_policy(run.start_step, sampler)
+    if run.start_step == 0 and run.evaluators:
+        await _evaluate_references(run)
     for step in range(run.start_step, run.total_steps):
         started = time.monotonic()
         metrics = {"progress/batch": float(step), "progress/done_frac": (step + 1) / run.total_steps,
-                   "optim/lr": config.learning_rate}
+                   "optim/lr": _learning_rate(run, step)}
         if eval_due(config.eval_every, step, run.total_steps) and run.evaluators:
             metrics.update(await _evaluate(run, sampler, step))
         metrics.update(await _train_step(run, step))
@@ -336,6 +332,18 @@ async def _loop(run: _Run) -> None:
     if config.eval_every > 0 and run.evaluators:
         run.logger.log_metrics(await _evaluate(run, sampler, run.total_steps), run.total_steps)
     await _save(run, run.total_steps, final=True)
+
+
+def _learning_rate(run: _Run, step: int) -> float:
+    return run.config.learning_rate * lr_multiplier(run.config.lr_schedule, step, run.total_steps)
+
+
+async def _evaluate_references(run: _Run) -> None:
+    """Evaluate each reference sampler once, logged at step 0 as `<name>/<metric>` (samples too)."""
+    for name, sampler in run.hooks.reference_samplers.items():
+        metrics = await run_evaluators(run.evaluators, run.training_client, lambda: sampler)  # noqa: B023 (awaited here)
+        log_samples(run.config.log_path, 0, take_samples(run.evaluators, prefix=f"{name}/"))
+        run.logger.log_metrics({f"{name}/{key}": value for key, value in metrics.items()}, 0)
 
 
 async def _sampler(run: _Run) -> SamplingClient:
@@ -364,28 +372,31 @@ async def _train_step(run: _Run, step: int) -> dict[str, float]:
     if run.config.stream_minibatch_config is not None:
         work = await _submit_streaming(run, step, stream)
     else:
-        work = await _submit_after_sampling(run, stream)
-    outputs = [await minibatch.forward_backward for minibatch in work.minibatches]
+        work = await _submit_after_sampling(run, step, stream)
+    trained = [m for m in work.minibatches if m.forward_backward is not None]
+    outputs = [await m.forward_backward for m in trained if m.forward_backward is not None]
+    extra_metrics = [await _extra_loss_metrics(m) for m in work.minibatches]
     for optim in work.optim_steps:
         await optim
     metrics = _rollout_metrics(run, step, work.outcomes)
     _check_signal(run, step, work)
-    metrics.update(_training_metrics(work.minibatches, outputs))
+    metrics.update(_training_metrics(trained, outputs))
+    metrics.update(_hook_metrics(work.minibatches, extra_metrics))
     metrics.update(run.source.take_metrics())
     metrics["time/sample"] = work.sampling_seconds
     metrics["time/train"] = time.monotonic() - started - work.sampling_seconds
     return metrics
 
 
-async def _submit_after_sampling(run: _Run, stream: AsyncIterator[GroupOutcome]) -> _StepWork:
+async def _submit_after_sampling(run: _Run, step: int, stream: AsyncIterator[GroupOutcome]) -> _StepWork:
     """Wait for every group, then train in `num_substeps` optimizer steps of whole groups."""
     started = time.monotonic()
     work = _StepWork(outcomes=sorted([outcome async for outcome in stream], key=lambda o: o.index))
     work.sampling_seconds = time.monotonic() - started
-    groups = _trainable_groups(run.config, work.outcomes)
+    groups = _trainable_groups(run, work.outcomes)
     for part in split_minibatches(groups, run.config.num_substeps):
         work.minibatches.append(await _submit_minibatch(run, part))
-        work.optim_steps.append(_submit_optim_step(run))
+        work.optim_steps.append(_submit_optim_step(run, step))
     return work
 
 
@@ -410,12 +421,12 @@ async def _submit_streaming(run: _Run, step: int, stream: AsyncIterator[GroupOut
         work.outcomes.append(outcome)
         finished[outcome.index] = outcome
         while done < len(parts) and all(index in finished for index in parts[done]):
-            groups, done = _trainable_groups(config, [finished[index] for index in parts[done]]), done + 1
+            groups, done = _trainable_groups(run, [finished[index] for index in parts[done]]), done + 1
             if groups:
                 work.minibatches.append(await _submit_minibatch(run, groups))
                 pending_gradients = True
             if pending_gradients and (done % per_optim == 0 or done == len(parts)):
-                work.optim_steps.append(_submit_optim_step(run))
+                work.optim_steps.append(_submit_optim_step(run, step))
                 pending_gradients = False
     work.outcomes.sort(key=lambda o: o.index)
     work.sampling_seconds = time.monotonic() - started
@@ -424,8 +435,9 @@ async def _submit_streaming(run: _Run, step: int, stream: AsyncIterator[GroupOut
 
 def _check_signal(run: _Run, step: int, work: _StepWork) -> None:
     """Stop a run that has trained on nothing for `max_steps_without_signal` steps in a row."""
-    advantages = [loss_input(d, "advantages") for m in work.minibatches for d in m.batch.data_D]
-    if any(np.any(np.asarray(a) != 0) for a in advantages):
+    advantages = [loss_input(d, "advantages") for m in work.minibatches if m.forward_backward is not None
+                  for d in m.batch.data_D]
+    if any(m.extra for m in work.minibatches) or any(np.any(np.asarray(a) != 0) for a in advantages):
         run.steps_without_signal = 0
         return
     run.steps_without_signal += 1
@@ -448,9 +460,10 @@ def _usable_groups(outcomes: list[GroupOutcome]) -> list[GroupOutcome]:
     return [o for o in outcomes if o.group is not None and o.group.has_finite_rewards()]
 
 
-def _trainable_groups(config: Config, outcomes: list[GroupOutcome]) -> list[TrajectoryGroup]:
+def _trainable_groups(run: _Run, outcomes: list[GroupOutcome]) -> list[TrajectoryGroup]:
+    config = run.config
     groups = [o.group for o in _usable_groups(outcomes) if o.group is not None]
-    if groups and all(len(g.trajectories_G) < 2 for g in groups):
+    if groups and all(len(g.trajectories_G) < 2 for g in groups) and run.hooks.shape_batch is None:
         check_group_size(len(groups[0].trajectories_G))  # an env's group builder made groups of one
     if config.remove_constant_reward_groups:
         groups = [g for g in groups if not is_constant_reward(g)]
@@ -458,22 +471,28 @@ def _trainable_groups(config: Config, outcomes: list[GroupOutcome]) -> list[Traj
 
 
 async def _submit_minibatch(run: _Run, groups_P: list[TrajectoryGroup]) -> _Minibatch:
-    """Advantages -> datums (-> KL shaping) -> forward_backward, submitted without waiting."""
+    """Advantages -> datums (-> KL shaping) (-> the shaper hook) -> forward_backward, and any extra
+    losses, submitted without waiting."""
     config = run.config
     batch: TrainingBatch = assemble_training_data(groups_P, compute_advantages(groups_P, config.advantage_normalization))
     kl_policy_base = None
     if run.base_sampler is not None:
         batch, kl_policy_base = await _shape_with_kl(run.base_sampler, batch, config.kl_penalty_coef,
                                                      config.kl_discount_factor)
+    shaped = await run.hooks.shape_batch(batch) if run.hooks.shape_batch is not None else ShapedBatch(batch)
+    batch = shaped.batch
     if config.loss_aggregation != "token_sum":
         batch = _with_advantages(batch, aggregate_advantages([loss_input(d, "advantages") for d in batch.data_D],
                                                              batch.masks_D, config.loss_aggregation, config.max_tokens))
-    future = run.training_client.forward_backward(batch.data_D, run.config.loss_fn, run.config.loss_fn_config)
-    return _Minibatch(batch, future, kl_policy_base)
+    client = run.training_client
+    future = client.forward_backward(batch.data_D, config.loss_fn, config.loss_fn_config) \
+        if shaped.policy_loss and batch.data_D else None
+    extra = [(loss, client.forward_backward(loss.data_D, loss.loss_fn)) for loss in shaped.extra_losses if loss.data_D]
+    return _Minibatch(batch, future, kl_policy_base, extra, shaped.metrics)
 
 
-def _submit_optim_step(run: _Run) -> Future[types.OptimStepResponse]:
-    return run.training_client.optim_step(adam_params(run.config.learning_rate))
+def _submit_optim_step(run: _Run, step: int) -> Future[types.OptimStepResponse]:
+    return run.training_client.optim_step(adam_params(_learning_rate(run, step)))
 
 
 async def _shape_with_kl(base: SamplingClient, batch: TrainingBatch, coef: float,
@@ -546,6 +565,30 @@ def _log_transcripts(run: _Run, step: int, outcomes: list[GroupOutcome]) -> None
         every = run.config.eval_every
         if step == run.start_step or (every > 0 and step % every == 0):  # a log stays short; files hold every one
             print(console_summary(step, pairs[:2], run.tokenizer), flush=True)
+
+
+async def _extra_loss_metrics(minibatch: _Minibatch) -> dict[str, float]:
+    """The metrics of a minibatch's extra losses, from their outputs."""
+    metrics: dict[str, float] = {}
+    for loss, future in minibatch.extra:
+        output = await future
+        if loss.metrics is not None:
+            metrics.update(loss.metrics(output))
+    return metrics
+
+
+def _hook_metrics(minibatches: list[_Minibatch], extra_metrics: list[dict[str, float]]) -> dict[str, float]:
+    """The shaper's and extra losses' metrics (averaged over minibatches); extra datums join
+    `optim/num_datums`, and a minibatch trained by extra losses alone counts in `optim/num_minibatches`."""
+    rows = [{**m.hook_metrics, **extra} for m, extra in zip(minibatches, extra_metrics, strict=True)]
+    metrics = mean_metrics([row for row in rows if row])
+    extra_datums = sum(len(loss.data_D) for m in minibatches for loss, _ in m.extra)
+    if extra_datums:
+        trained = sum(len(m.batch.data_D) for m in minibatches if m.forward_backward is not None)
+        metrics["optim/num_datums"] = float(trained + extra_datums)
+        metrics["optim/num_minibatches"] = float(sum(m.forward_backward is not None or bool(m.extra)
+                                                     for m in minibatches))
+    return metrics
 
 
 def _training_metrics(minibatches: list[_Minibatch], outputs: list[types.ForwardBackwardOutput]) -> dict[str, float]:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The published tinker-cookbook (0.5.8, in a virtual environment of its own) trains SmolLM2-135M-Instruct
-# through our Tinker-API server (`python -m recipes_lib.server`): its own `tinker_cookbook.recipes.sl_loop`
+# through our Tinker-API server (`python -m local_tinker.server`): its own `tinker_cookbook.recipes.sl_loop`
 # and `tinker_cookbook.recipes.rl_loop`, with only config values changed.
 #
 #   scripts/cookbook_against_server.sh [WORK_DIR]          # default runs/cookbook-against-server
@@ -95,10 +95,10 @@ write(rl / "main" / "train.jsonl", rows)
 EOF
 
 # 3. The server, from the project's venv, on a free loopback port with a fresh key.
-PORT=${PORT:-$("$PROJECT_PY" -c "from recipes_lib.server.serve import free_port; print(free_port())")}
+PORT=${PORT:-$("$PROJECT_PY" -c "from local_tinker.server.serve import free_port; print(free_port())")}
 export RECIPES_SERVER_API_KEY="tml-$("$PROJECT_PY" -c 'import secrets; print(secrets.token_hex(16))')"
 log "starting the server on 127.0.0.1:$PORT (log: $WORK/server.log)"
-"$PROJECT_PY" -m recipes_lib.server host=127.0.0.1 port="$PORT" precision="${PRECISION:-float32}" \
+"$PROJECT_PY" -m local_tinker.server host=127.0.0.1 port="$PORT" precision="${PRECISION:-float32}" \
     >"$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 cleanup() {  # the server, and a loop still running if this script was interrupted

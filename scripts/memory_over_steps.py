@@ -8,7 +8,7 @@ Each step is a `forward_backward` (cross-entropy, 16 random sequences of 30-60 t
 half of each weighted) and an `optim_step` on a rank-32 LoRA; with `sample_every=N`, every Nth step
 also samples 48 prompts x 24 tokens from a fresh snapshot. After each step the heap is trimmed and
 the resident set printed, in MB, with the process's peak so far. The second command above restores
-torch's own kernel-cache bounds (see `recipes_lib/backends/local/memory.py`).
+torch's own kernel-cache bounds (see `local_tinker/memory.py`).
 """
 
 import ctypes

@@ -4,7 +4,7 @@
     .venv/bin/python scripts/served_rl_memory.py model=recipes/tiny-llama steps=30 groups=4 group_size=4
     .venv/bin/python scripts/served_rl_memory.py runs=2                       # two users, two sessions at once
 
-Starts `python -m recipes_lib.server` in a subprocess, then does what tinker-cookbook's RL loop does
+Starts `python -m local_tinker.server` in a subprocess, then does what tinker-cookbook's RL loop does
 each step: a new sampling client from the current weights (`save_weights_and_get_sampling_client`),
 `groups x group_size` rollouts each sampled by its own `sample_async(num_samples=1)` call, all in
 flight at once, then one `forward_backward` (importance sampling, advantages centred per group) on
@@ -27,9 +27,9 @@ import chz
 import torch
 from tinker import ServiceClient, types
 
+from local_tinker.server.serve import free_port
 from recipes_lib.argv import config_from_argv
 from recipes_lib.paths import SMOLLM2_NAME
-from recipes_lib.server.serve import free_port
 
 
 @chz.chz
@@ -74,7 +74,7 @@ class _LatencyPoll:
 
 
 def _start_server(config: Config, port: int, key: str) -> subprocess.Popen[bytes]:
-    args = [sys.executable, "-m", "recipes_lib.server", f"port={port}", f"precision={config.precision}",
+    args = [sys.executable, "-m", "local_tinker.server", f"port={port}", f"precision={config.precision}",
             "device=cpu", *config.server_args.split()]
     server = subprocess.Popen(args, env={**os.environ, "RECIPES_SERVER_API_KEY": key})
     deadline = time.monotonic() + 120

@@ -47,7 +47,7 @@ NATIVE_BF16 = ("avx512_bf16", "amx_bf16")  # with neither, the host's own run is
 REPORT = """
 import torch
 from tinker import types
-from recipes_lib.backends.local.clients import ServiceClient
+from local_tinker.clients import ServiceClient
 tc = ServiceClient(precision="bfloat16", device="cpu").create_lora_training_client("recipes/tiny-llama", rank=8, seed=0)
 datum = types.Datum(model_input=types.ModelInput.from_ints([5, 6, 7]), loss_fn_inputs={"target_tokens": [6, 7, 8], "weights": [1.0, 1.0, 1.0]})
 tc.forward_backward([datum], "cross_entropy")

@@ -25,32 +25,28 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import chz
 from tinker import types
 
-from eval.evaluators import Evaluator, EvaluatorBuilder, run_evaluators, take_samples
 from eval.nll import NLLEvaluator
 from recipes_lib.backends.protocols import Future, TrainingClient
 from recipes_lib.checkpoints import CheckpointRecord, save_checkpoint
-from recipes_lib.cli import LogdirBehavior, eval_due, open_run, resume_step, save_due, start_run
-from recipes_lib.config import BackendConfig, backend_field, check_positive
+from recipes_lib.config import check_positive
 from recipes_lib.display import print_colorized
+from recipes_lib.evaluators import Evaluator, EvaluatorBuilder, run_evaluators, take_samples
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.hyperparams import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, adam_params, get_lr
+from recipes_lib.lifecycle import eval_due, open_run, resume_step, save_due, start_run
 from recipes_lib.logging import MultiplexLogger, log_samples
 from recipes_lib.model_info import resolve_renderer_name
+from recipes_lib.run_config import RunConfig
 from recipes_lib.schedules import LRSchedule, lr_multiplier
 from recipes_lib.tokenizers import get_tokenizer
 from supervised.datums import LossReduction, compute_mean_nll, datum_weights, reduced_batch
 from supervised.types import DatumListDataset, SupervisedDataset, SupervisedDatasetBuilder
 
 logger = logging.getLogger(__name__)
-
-
-def _expand_user(_: object, path: str) -> str:
-    return str(Path(path).expanduser()) if path.strip() else path  # "" stays "" for check_log_dir to refuse
 
 
 def _default_lr(config: "Config", value: float | None) -> float:
@@ -62,36 +58,18 @@ def _default_renderer(config: "Config", value: str | None) -> str:
 
 
 @chz.chz
-class Config:
-    """Everything a supervised run needs; `python -m recipes.sl_basic key=value` sets any field."""
+class Config(RunConfig):
+    """A supervised run: the shared run settings (`RunConfig`) and these; `python -m recipes.sl_basic
+    key=value` sets any of them."""
 
-    # --- what to train -------------------------------------------------------------------------
-    # Folder of the run: config.json, metrics.jsonl, checkpoints.jsonl.
-    log_path: str = chz.field(munger=_expand_user)
-    # Base model to put a LoRA adapter on.
-    model_name: str
     # Builds (train, test) datasets; its test split is reported as test/nll.
     dataset_builder: SupervisedDatasetBuilder
-    # Chat format; None: the model's recommended renderer. Recipes pass it to the dataset builder.
+    # As RunConfig's, resolved here so the recipes can pass it to the dataset builder.
     renderer_name: str | None = chz.field(default=None, munger=_default_renderer)
-    # backend=local (embedded engine, default) or backend=tinker (hosted API).
-    backend: BackendConfig = backend_field()
-    # Start from these weights (a state or sampler path) with a fresh optimizer; None: a new adapter.
-    load_checkpoint_path: str | None = None
-    # What to do when log_path already holds a run: ask, resume, delete or raise.
-    behavior_if_log_dir_exists: LogdirBehavior = "ask"
-
-    # --- optimisation --------------------------------------------------------------------------
-    # Adam learning rate; None: recipes_lib.hyperparams.get_lr(model_name) (1.3e-3 for SmolLM2).
+    # As RunConfig's; None: recipes_lib.hyperparams.get_lr(model_name), the rate for a LoRA on that model.
     learning_rate: float = chz.field(default=None, munger=_default_lr, x_type=float | None)
     # Multiplier over the run: linear decays to 0 at the end, cosine likewise, constant stays 1.
     lr_schedule: LRSchedule = "linear"
-    num_epochs: int = 1
-    # Stop after this many steps (the schedule then spans max_steps); None: all epochs.
-    max_steps: int | None = None
-    lora_rank: int = 32
-    # Seed of the LoRA initialisation, so reruns and resumed runs are comparable; None: random.
-    seed: int | None = 0
     adam_beta1: float = ADAM_BETA1
     adam_beta2: float = ADAM_BETA2
     adam_eps: float = ADAM_EPS
@@ -100,27 +78,16 @@ class Config:
     loss_reduction: LossReduction = "sum"
     # Steps submitted ahead of the one being read (request pipelining); 0 waits on every step.
     submit_ahead: int = 1
-
-    # --- evaluation, checkpoints, logging --------------------------------------------------------
-    # Run evaluator_builders (and test/nll) every this many steps; 0: only at the end.
-    eval_every: int = 10
-    evaluator_builders: list[EvaluatorBuilder] = chz.field(default_factory=list)
     # Slower evaluators, every infrequent_eval_every steps; 0: only at the end.
     infrequent_eval_every: int = 100
     infrequent_evaluator_builders: list[EvaluatorBuilder] = chz.field(default_factory=list)
-    # Save a resumable checkpoint every this many steps; 0: only the final one.
-    save_every: int = 20
-    wandb_project: str | None = None
-    wandb_name: str | None = None
 
     @chz.validate
     def _check_counts(self) -> None:
-        for name in ("eval_every", "infrequent_eval_every", "save_every", "submit_ahead"):
+        for name in ("infrequent_eval_every", "submit_ahead"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"{name} must be >= 0, got {getattr(self, name)}.")
-        if self.num_epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
-            raise ConfigurationError("num_epochs and max_steps must be >= 1.")
-        check_positive(learning_rate=self.learning_rate, lora_rank=self.lora_rank, adam_eps=self.adam_eps)
+        check_positive(adam_eps=self.adam_eps)
 
 
 @dataclass(frozen=True)

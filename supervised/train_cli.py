@@ -2,6 +2,7 @@
 
     python -m supervised.train_cli dataset=hhh model_name=Qwen/Qwen3-8B learning_rate=4e-4 log_path=/tmp/hhh-pm
     python -m supervised.train_cli dataset=jsonl dataset.file_path=example_data/conversations.jsonl model_name=HuggingFaceTB/SmolLM2-135M-Instruct
+    python -m supervised.train_cli dataset=example_data/conversations.jsonl model_name=...  # the same, with the file preset
     python -m supervised.train_cli dataset=hub dataset.path=HuggingFaceH4/no_robots model_name=...   # needs the hub
     python -m supervised.train_cli --help                                           # every key, with its value
 
@@ -18,7 +19,16 @@ that builder's own settings (`dataset.file_path=my.jsonl`, `dataset.common_confi
 `dataset.comparison_builder.max_train=1000`). Every other key is a field of `supervised.train.Config`;
 `dataset_builder` follows `dataset`. The names live in `recipes`, the top layer, where the tasks are:
 chz imports that table only when `dataset=` is read.
+
+`dataset=<file>.jsonl` and `dataset=<owner>/<name>` are shorthands with a preset each
+(`own_data_arguments`): a file is small, so 3 epochs, 8 conversations held out, an evaluation every 4
+steps and batches of 8; a hub dataset gets 1 epoch and batches of 32.
 """
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import chz
 from chz.blueprint import Castable, Reference
@@ -52,9 +62,29 @@ def build_config() -> chz.Blueprint[Config]:
     })
 
 
+def own_data_arguments(argv: Sequence[str]) -> tuple[dict[str, Any] | None, list[str]]:
+    """The keys a `dataset=<file>.jsonl` or `dataset=<owner>/<name>` argument stands for (None when
+    `dataset=` is absent or a name of the table), and the other arguments."""
+    own = [arg for arg in argv if arg.startswith("dataset=") and _is_own_data(arg.removeprefix("dataset="))]
+    rest = [arg for arg in argv if arg not in own]
+    if not own:
+        return None, rest
+    value = own[-1].removeprefix("dataset=")
+    if value.endswith(".jsonl") or Path(value).is_file():
+        return {"dataset": Castable("jsonl"), "dataset.file_path": value, "dataset.test_size": 8,
+                "dataset.common_config.batch_size": 8, "num_epochs": 3, "eval_every": 4}, rest
+    return {"dataset": Castable("hub"), "dataset.path": value, "dataset.common_config.batch_size": 32,
+            "num_epochs": 1, "eval_every": 20}, rest
+
+
+def _is_own_data(value: str) -> bool:
+    return value.endswith(".jsonl") or Path(value).is_file() or ("/" in value and ":" not in value)
+
+
 def main(config: Config) -> None:
     train.main(config)
 
 
 if __name__ == "__main__":
-    run_recipe(main, build_config())
+    own_data, args = own_data_arguments(sys.argv[1:])
+    run_recipe(main, build_config() if own_data is None else build_config().apply(own_data), args)

@@ -80,7 +80,7 @@ def _engine_threads(count: int) -> None:
     worker computes."""
     import sys
 
-    engine_module = sys.modules.get("recipes_lib.backends.local.engine")
+    engine_module = sys.modules.get("local_tinker.engine")
     if engine_module is None:
         return
     import torch
@@ -92,7 +92,7 @@ def _engine_threads(count: int) -> None:
 @pytest.fixture(scope="session")
 def service_client():  # type: ignore[no-untyped-def]
     """The local engine in fp32 (exact numerics for comparisons)."""
-    from recipes_lib.backends.local.clients import ServiceClient
+    from local_tinker.clients import ServiceClient
 
     return ServiceClient(precision="float32", device="cpu")
 

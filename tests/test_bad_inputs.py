@@ -174,11 +174,11 @@ CASES = [
     Case("C2-unknown-nested-key", "sl", ["dataset.common_config.bach_size=2"],
          r"Did you mean:? '?dataset\.common_config\.batch_size"),
     Case("C2b-unknown-key-in-backend", "sl", ["backend.precison=float32"], r"^error: backend\.precison is not a key of this command\..*--help lists every key"),
-    Case("C3-int-given-a-word", "sl", ["max_steps=two"], r"^error: max_steps=two is not valid: expected a whole number \(or None\)\.$"),
+    Case("C3-int-given-a-word", "sl", ["max_steps=two"], r"^error: max_steps=two is not valid: expected a whole number \(or None\)\. Stop after this many steps \(a schedule then spans max_steps\); None: all epochs\.$"),
     Case("C4-float-given-a-word", "sl", ["learning_rate=fast"], r"^error: learning_rate=fast is not valid: expected a number"),
-    Case("C30-int-given-a-float-literal", "sl", ["max_steps=2e0"], r"^error: max_steps=2e0 is not valid: expected a whole number \(or None\)\.$"),
+    Case("C30-int-given-a-float-literal", "sl", ["max_steps=2e0"], r"^error: max_steps=2e0 is not valid: expected a whole number \(or None\)\. Stop after this many steps"),
     Case("C31-int-given-inf", "sl", ["max_steps=inf"], r"^error: max_steps=inf is not valid: expected a whole number"),
-    Case("C32-rank-given-a-float", "sl", ["lora_rank=5.0"], r"^error: lora_rank=5\.0 is not valid: expected a whole number\.$"),
+    Case("C32-rank-given-a-float", "sl", ["lora_rank=5.0"], r"^error: lora_rank=5\.0 is not valid: expected a whole number\. Rank of the LoRA adapter\.$"),
     Case("C33-unknown-backend", "sl", ["backend=foo"], r"^error: backend=foo is not valid: .* Where to run: backend=local "
                                                       r"\(embedded engine\) or backend=tinker \(hosted API\)\.$"),
     Case("C34-bare-double-dash", "sl", ["--"], r"^error: arguments take the form key=value; got '--'"),
@@ -355,11 +355,11 @@ def test_a_hub_only_data_set_offline_is_one_message(recipe: str, args: list[str]
     """As on a machine without the network: the hub is unreachable and its client offline."""
     import huggingface_hub.constants
 
+    from local_tinker import home
     from recipes.math import train as math_rl
     from recipes.preference import train as preference_train
-    from recipes_lib import paths
 
-    monkeypatch.setattr(paths, "hub_reachable", lambda timeout_s=3.0: False)
+    monkeypatch.setattr(home, "hub_reachable", lambda timeout_s=3.0: False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     log = f"log_path={isolated.root / 'hub'}"
     with pytest.raises(SystemExit) as exited:
@@ -377,9 +377,9 @@ def test_a_hub_only_data_set_offline_is_one_message(recipe: str, args: list[str]
     pytest.param("examples.custom_env", ["--help"], 0, r"model_name\s+str.*\n\s+log_path\s+str", id="custom-env-help"),
     pytest.param("recipes_lib.plot", ["log_paths={corrupt}"], 2,
                  r"^error: .*corrupt/metrics\.jsonl line 2: not valid JSON", id="plot-corrupt-metrics-line"),
-    pytest.param("recipes_lib.server", ["port=70000"], 2, r"^error: port must be in 0-65535, got 70000\.$",
+    pytest.param("local_tinker.server", ["port=70000"], 2, r"^error: port must be in 0-65535, got 70000\.$",
                  id="server-port-out-of-range"),
-    pytest.param("recipes_lib.server", ["memory_budget_gb=-1"], 2, r"^error: memory_budget_gb must be >= 0",
+    pytest.param("local_tinker.server", ["memory_budget_gb=-1"], 2, r"^error: memory_budget_gb must be >= 0",
                  id="server-negative-memory-budget"),
 ])
 def test_a_command_line_tool_answers_help_and_bad_values(module: str, argv: list[str], code: int, expected: str,

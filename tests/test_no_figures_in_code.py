@@ -2,7 +2,7 @@
 
 A timing, a speed, a memory reading or a date written into a comment describes one machine on one
 day and rots with the next run. This test reads every comment and docstring of the project's Python
-files (tests, and the bench under `recipes_lib/bench/`, whose job is to print figures, excepted) and
+files (tests, and the bench under `local_tinker/bench/`, whose job is to print figures, excepted) and
 fails on a line that holds a figure of that kind. What counts as one:
 
 - a date (`2026-12-01`);
@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXEMPT = ("tests/", "recipes_lib/bench/")
+EXEMPT = ("tests/", "local_tinker/bench/")
 UNIT = r"(?:ms|s|sec|seconds?|min|minutes?|h|hours?|GB|MB|KB|GiB|MiB|KiB|%)"
 FIGURES = {
     "a date": re.compile(r"\b20\d\d-\d\d-\d\d\b"),

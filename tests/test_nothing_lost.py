@@ -31,9 +31,10 @@ from recipes.prompt_distillation import create_data
 from recipes_lib import export
 from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import CHECKPOINTS_FILE, load_checkpoints, save_checkpoint
-from recipes_lib.cli import check_log_dir, run_recipe
+from recipes_lib.cli import run_recipe
 from recipes_lib.config import BackendConfig
 from recipes_lib.exceptions import ConfigurationError, DataFormatError
+from recipes_lib.log_folder import check_log_dir
 from recipes_lib.logging import read_metrics
 from recipes_lib.paths import recipes_home_path
 from recipes_lib.removal import EXPORT_MARKER, RUN_FOLDER, check_removable
@@ -251,7 +252,7 @@ def test_e7_an_empty_recipes_home_is_an_error(tmp_path: Path, monkeypatch: pytes
 # --- S11 / S14: bounded requests -------------------------------------------------------------------------------
 def test_a_request_larger_than_a_batch_is_decoded_in_parts_with_the_same_samples(
         service_client, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    from recipes_lib.backends.local import engine
+    from local_tinker import engine
 
     sampler = service_client.create_sampling_client(base_model=TINY)
     prompt, params = types.ModelInput.from_ints([5, 6, 7]), types.SamplingParams(max_tokens=5, seed=11)
@@ -262,7 +263,7 @@ def test_a_request_larger_than_a_batch_is_decoded_in_parts_with_the_same_samples
 
 
 def test_a_sample_whose_kv_cache_cannot_fit_is_refused(service_client, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    from recipes_lib.backends.local import budget, clients
+    from local_tinker import budget, clients
 
     sampler = service_client.create_sampling_client(base_model=TINY)
     monkeypatch.setattr(clients, "MIN_FREE_BYTES", 0)

@@ -36,9 +36,10 @@ from recipes.prompt_distillation.task import (
     teacher_conversation,
 )
 from recipes_lib.backends import make_service_client
-from recipes_lib.cli import check_writable, run_recipe
+from recipes_lib.cli import run_recipe
 from recipes_lib.config import BackendConfig, backend_field
 from recipes_lib.exceptions import ConfigurationError
+from recipes_lib.log_folder import check_writable
 from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.paths import SMOLLM2_NAME
 from recipes_lib.tokenizers import get_tokenizer

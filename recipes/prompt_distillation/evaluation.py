@@ -18,9 +18,9 @@ from pathlib import Path
 import chz
 from tinker import types
 
-from eval.evaluators import SamplingClientEvaluator
 from recipes.prompt_distillation.task import heldout_path, parse_label, student_conversation
 from recipes_lib.backends.protocols import SamplingClient
+from recipes_lib.evaluators import SamplingClientEvaluator
 from recipes_lib.exceptions import DataFormatError
 from recipes_lib.jsonl import read_jsonl
 from recipes_lib.model_info import resolve_renderer_name

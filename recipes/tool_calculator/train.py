@@ -3,7 +3,7 @@ through the tool env, offline on a CPU.
 
     python -m recipes.tool_calculator.train                          # the four accuracies; see README.md
     python -m recipes.tool_calculator.train rl_steps=40 test_size=128
-    python -m recipes.tool_calculator.train backend=tinker           # a server: python -m recipes_lib.server
+    python -m recipes.tool_calculator.train backend=tinker           # a server: python -m local_tinker.server
     python -m recipes.tool_calculator.train --help                   # every key, with its value
 
 Stages, each in its folder under `log_path` and each resumed where it stopped when the command
@@ -32,11 +32,12 @@ import numpy as np
 
 from eval.model_source import open_model_source
 from recipes.tool_calculator.task import CalculatorDatasetBuilder, WorkedTranscriptsBuilder
-from recipes_lib.cli import LogdirBehavior, run_recipe
+from recipes_lib.cli import run_recipe
 from recipes_lib.completers import TinkerTokenCompleter, derive_seed
 from recipes_lib.config import BackendConfig, backend_field
 from recipes_lib.logging import read_metrics
 from recipes_lib.paths import SMOLLM2_NAME
+from recipes_lib.run_config import LogdirBehavior
 from recipes_lib.run_folder import final_paths
 from rl import train as rl_train
 from rl.evaluators import RLTestSetEvaluator

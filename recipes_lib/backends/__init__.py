@@ -22,7 +22,7 @@ def make_service_client(config: BackendConfig | None = None) -> ServiceClient:
         from recipes_lib.backends.hosted import make_hosted_service_client
 
         return make_hosted_service_client(config.base_url, config.api_key, config.unreachable_timeout_s)
-    from recipes_lib.backends.local.clients import ServiceClient as LocalServiceClient
+    from local_tinker.clients import ServiceClient as LocalServiceClient
 
     return LocalServiceClient(precision=config.precision, device=config.device)
 
@@ -37,12 +37,12 @@ async def sampling_client_now(training_client: TrainingClient, record_stability_
     return await training_client.save_weights_and_get_sampling_client_async(record_stability_info=record_stability_info)
 
 
-def run_hosted(fn: Callable[[], T]) -> T:
+def run_with_engine_on_main_thread(fn: Callable[[], T]) -> T:
     """`fn()` on a second thread while the main thread serves the local engine it creates (faster on a
-    CPU; `recipes_lib.backends.local.host` says why). Every recipe's entry point runs this way."""
-    from recipes_lib.backends.local.host import run_hosted as run
+    CPU; `local_tinker.main_thread` says why). `recipes_lib.cli.run_recipe` runs each local-engine recipe this way."""
+    from local_tinker.main_thread import run_with_engine_on_main_thread as run
 
     return run(fn)
 
 
-__all__ = ["make_service_client", "run_hosted", "sampling_client_now", "ServiceClient", "TrainingClient", "SamplingClient", "BackendConfig"]
+__all__ = ["make_service_client", "run_with_engine_on_main_thread", "sampling_client_now", "ServiceClient", "TrainingClient", "SamplingClient", "BackendConfig"]

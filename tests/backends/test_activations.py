@@ -7,9 +7,9 @@ import weakref
 import pytest
 import torch
 
-from recipes_lib.backends.local.activations import keep_fewer_activations, made_again
-from recipes_lib.backends.local.attention import use_exact_attention
-from recipes_lib.backends.local.models import load_base_model
+from local_tinker.activations import keep_fewer_activations, made_again
+from local_tinker.attention import use_exact_attention
+from local_tinker.models import load_base_model
 
 pytestmark = pytest.mark.numerics
 

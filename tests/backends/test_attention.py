@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from recipes_lib.backends.local.attention import EXACT_SDPA, _exact_sdpa, use_exact_attention
-from recipes_lib.backends.local.engine import get_engine
-from recipes_lib.backends.local.models import load_base_model
+from local_tinker.attention import EXACT_SDPA, _exact_sdpa, use_exact_attention
+from local_tinker.engine import get_engine
+from local_tinker.models import load_base_model
 
 pytestmark = pytest.mark.numerics
 

@@ -17,11 +17,11 @@ import tinker
 import torch
 from tinker import types
 
+from local_tinker import budget
+from local_tinker.adapters import LoraSpec
+from local_tinker.budget import available_memory_bytes
 from recipes_lib.backends import hosted
 from recipes_lib.backends.hosted import make_hosted_service_client
-from recipes_lib.backends.local import budget
-from recipes_lib.backends.local.adapters import LoraSpec
-from recipes_lib.backends.local.budget import available_memory_bytes
 from recipes_lib.exceptions import (
     BackendUnavailable,
     ConfigurationError,
@@ -125,7 +125,7 @@ def trainer(service_client):  # type: ignore[no-untyped-def]
 
 
 def lora_weights(client) -> dict[str, torch.Tensor]:  # type: ignore[no-untyped-def]
-    return client._base.host.state_dict(client._adapter)  # a detached copy
+    return client._base.adapters.state_dict(client._adapter)  # a detached copy
 
 
 @pytest.mark.parametrize(("settings", "message"), BAD_ADAM)
@@ -171,10 +171,10 @@ def test_non_finite_weights_after_a_step_are_reported(service_client, datum) -> 
 # -- LoRA rank against memory (C13) ----------------------------------------------------------------
 def test_lora_parameter_count_matches_the_adapter(service_client) -> None:  # type: ignore[no-untyped-def]
     client = service_client.create_lora_training_client(MODEL, rank=4, seed=1)
-    host = client._base.host  # peft has wrapped its Linears by now; the count must not change
-    created = sum(p.numel() for p in host.parameters(client._adapter).values())
-    assert host.lora_parameter_count(LoraSpec(rank=4)) == created == 4 * TINY_LORA_WEIGHTS_PER_RANK
-    assert host.lora_parameter_count(LoraSpec(rank=2, train_unembed=False)) == 2 * 2 * 1024
+    base_adapters = client._base.adapters  # peft has wrapped its Linears by now; the count must not change
+    created = sum(p.numel() for p in base_adapters.parameters(client._adapter).values())
+    assert base_adapters.lora_parameter_count(LoraSpec(rank=4)) == created == 4 * TINY_LORA_WEIGHTS_PER_RANK
+    assert base_adapters.lora_parameter_count(LoraSpec(rank=2, train_unembed=False)) == 2 * 2 * 1024
 
 
 @pytest.fixture

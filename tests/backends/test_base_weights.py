@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from recipes_lib.backends.local import storage
-from recipes_lib.backends.local.models import DEQUANTISED_WEIGHTS, ORIGINAL_WEIGHTS
+from local_tinker import storage
+from local_tinker.models import DEQUANTISED_WEIGHTS, ORIGINAL_WEIGHTS
 from recipes_lib.exceptions import CheckpointError
 
 MODEL = "recipes/tiny-llama"

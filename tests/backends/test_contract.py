@@ -9,7 +9,7 @@ import inspect
 import pytest
 import tinker
 
-from recipes_lib.backends.local import clients as local
+from local_tinker import clients as local
 
 SURFACE = {
     "ServiceClient": [
@@ -77,6 +77,6 @@ def test_async_twin_exists_where_the_sdk_has_one(cls: str, method: str) -> None:
 
 
 def test_futures_are_sdk_futures() -> None:
-    from recipes_lib.backends.local.futures import completed
+    from local_tinker.futures import completed
 
     assert isinstance(completed(1), tinker.APIFuture)

@@ -13,11 +13,11 @@ import torch
 from tinker import types
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from recipes_lib.backends.local import decoder as decoder_module
-from recipes_lib.backends.local import projections
-from recipes_lib.backends.local.batch import pad_left_tokens
-from recipes_lib.backends.local.decoder import FusedDecoder, supports
-from recipes_lib.backends.local.models import load_base_model
+from local_tinker import decoder as decoder_module
+from local_tinker import projections
+from local_tinker.batch import pad_left_tokens
+from local_tinker.decoder import FusedDecoder, supports
+from local_tinker.models import load_base_model
 
 pytestmark = pytest.mark.numerics
 
@@ -194,7 +194,7 @@ def test_sampled_logprobs_equal_scores_and_the_trainers_with_a_trained_adapter(p
     """The sampler, the scorer and the trainer are one model: log-probs of the same tokens agree to 1e-4
     in bf16 as in fp32, on whatever CPU this runs (`make test-isa` runs it under each ISA the host can
     emulate). Prompts of several lengths share one batch (left padding); three samples each."""
-    from recipes_lib.backends.local.clients import ServiceClient
+    from local_tinker.clients import ServiceClient
     from recipes_lib.tokenizers import get_tokenizer
 
     tokenizer = get_tokenizer(name)
@@ -225,8 +225,8 @@ def test_other_architectures_sample_from_their_own_logits() -> None:
     """A model outside the fused decoder keeps its forward's logit processing (Gemma2 soft-caps them)."""
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
-    from recipes_lib.backends.local.precision import Precision
-    from recipes_lib.backends.local.sampler import SampleJob, SamplerModel, generate
+    from local_tinker.precision import Precision
+    from local_tinker.sampler import SampleJob, SamplerModel, generate
 
     torch.manual_seed(0)
     config = Gemma2Config(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=1,

@@ -9,17 +9,17 @@ import pytest
 import torch
 from tinker import types
 
-from recipes_lib.backends.local import trainer
-from recipes_lib.backends.local.batch import micro_batches, prepare_datums
-from recipes_lib.backends.local.clients import ServiceClient
-from recipes_lib.backends.local.losses import (
+from local_tinker import trainer
+from local_tinker.batch import micro_batches, prepare_datums
+from local_tinker.clients import ServiceClient
+from local_tinker.losses import (
     RECORDED_LOGPROBS,
     REQUIRED_INPUTS,
     gradient_mask,
     per_token_loss,
     resolve_config,
 )
-from recipes_lib.backends.local.precision import PrecisionName
+from local_tinker.precision import PrecisionName
 from tests.lora_training import train_on_tokens
 
 pytestmark = pytest.mark.numerics

@@ -135,7 +135,7 @@ def _run_threads(targets: list[Callable[[], None]]) -> None:
 
 
 def _weights(client) -> dict[str, torch.Tensor]:  # type: ignore[no-untyped-def]
-    return client._base.host.state_dict(client._adapter)
+    return client._base.adapters.state_dict(client._adapter)
 
 
 def test_training_calls_from_four_threads_finish_in_order(service_client, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]

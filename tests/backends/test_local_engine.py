@@ -8,7 +8,7 @@ import torch
 from peft import PeftModel
 from tinker import types
 
-from recipes_lib.backends.local.models import load_base_model
+from local_tinker.models import load_base_model
 from recipes_lib.exceptions import CheckpointError, ConfigurationError
 
 MODEL = "recipes/tiny-llama"
@@ -195,7 +195,7 @@ def test_sampler_snapshot_is_isolated_from_later_training(trained, datums, tiny_
 
 
 def test_exported_peft_adapter_gives_the_same_logits(trained, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
-    from recipes_lib.backends.local.storage import CheckpointPath
+    from local_tinker.storage import CheckpointPath
 
     path = trained.save_weights_for_sampler("export").result().path
     folder = CheckpointPath.parse(path).folder

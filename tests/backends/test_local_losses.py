@@ -6,7 +6,7 @@ import pytest
 import torch
 from tinker import types
 
-from recipes_lib.backends.local.models import load_base_model
+from local_tinker.models import load_base_model
 from recipes_lib.exceptions import ConfigurationError, DataFormatError
 
 pytestmark = pytest.mark.numerics
@@ -100,7 +100,7 @@ def test_ppo_clips_on_both_sides(client, data) -> None:  # type: ignore[no-untyp
 
 def test_cispo_gradient_is_clipped_coefficient(service_client) -> None:  # type: ignore[no-untyped-def]
     """d(loss)/d(lp) = -clip(r) * A: the ratio is a constant coefficient, not differentiated."""
-    from recipes_lib.backends.local.losses import per_token_loss
+    from local_tinker.losses import per_token_loss
 
     lp = torch.tensor([-1.0, -2.0, -0.5], requires_grad=True)
     inputs = {"logprobs": torch.tensor([-2.0, -1.0, -0.5]), "advantages": torch.tensor([1.0, 2.0, -1.0])}
@@ -136,7 +136,7 @@ def test_gspo_averages_the_masked_positions(client, data) -> None:  # type: igno
 def test_gspo_gradient_is_the_sequence_ratio_where_unclipped() -> None:
     """d(loss)/d(lp_t) = -A_t * s where min() takes the unclipped term, 0 where it takes the clipped
     one: every token carries the sequence ratio's value and its own log-prob's gradient."""
-    from recipes_lib.backends.local.losses import per_token_loss
+    from local_tinker.losses import per_token_loss
 
     lp = torch.tensor([-1.0, -2.0, -0.5, -3.0], requires_grad=True)
     q = torch.tensor([-1.1, -1.9, -0.7, 0.0])  # the last position is no action: outside the ratio

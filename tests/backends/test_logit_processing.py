@@ -20,7 +20,7 @@ from transformers import (
     LlamaForCausalLM,
 )
 
-from recipes_lib.backends.local.logits import OutputHead, check_output_head
+from local_tinker.logits import OutputHead, check_output_head
 from recipes_lib.exceptions import ConfigurationError
 
 pytestmark = pytest.mark.numerics

@@ -1,4 +1,4 @@
-"""Host-memory housekeeping of the local engine (`recipes_lib/backends/local/memory.py`)."""
+"""Host-memory housekeeping of the local engine (`local_tinker/memory.py`)."""
 
 import gc
 import os
@@ -7,9 +7,9 @@ import pytest
 import torch
 from tinker import types
 
-from recipes_lib.backends.local.engine import LocalEngine
-from recipes_lib.backends.local.memory import KERNEL_CACHE_ENTRIES
-from recipes_lib.backends.local.precision import resolve_precision
+from local_tinker.engine import LocalEngine
+from local_tinker.memory import KERNEL_CACHE_ENTRIES
+from local_tinker.precision import resolve_precision
 
 _CACHES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 
@@ -37,7 +37,7 @@ def test_no_graph_outlives_a_training_call_whose_advantages_are_all_zero(precisi
     """RL batches hold groups whose rewards are all equal (advantages 0): nothing to train there. Such
     a micro-batch, and one beside it that does train, leave no autograd graph behind (before: every
     such micro-batch's activations stayed for good, ~1 GB a step under tinker-cookbook's math_rl)."""
-    from recipes_lib.backends.local.clients import ServiceClient
+    from local_tinker.clients import ServiceClient
 
     client = ServiceClient(precision=precision, device="cpu").create_lora_training_client("recipes/tiny-llama", rank=4)
 
@@ -60,8 +60,8 @@ def test_a_datum_past_the_activation_budget_trains_with_checkpointed_layers_to_t
     log-probs and every adapter gradient equal those of the plain pass bit for bit, for a built-in
     and a custom loss (and the checkpoint saw the same tensors in its forward and its recompute, or
     torch would have raised)."""
-    from recipes_lib.backends.local import trainer
-    from recipes_lib.backends.local.clients import ServiceClient
+    from local_tinker import trainer
+    from local_tinker.clients import ServiceClient
 
     client = ServiceClient(precision=precision, device="cpu").create_lora_training_client("recipes/tiny-llama", rank=4, seed=0)
     tokens = [(7 * i) % 250 + 3 for i in range(121)]
@@ -99,8 +99,8 @@ def test_a_datum_past_the_activation_budget_trains_with_checkpointed_layers_to_t
 
 def test_a_cpu_sampling_batch_keeps_to_its_byte_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows decoded at once: 64 for short rows; for long ones as many as `SAMPLE_BATCH_BYTES` holds."""
-    from recipes_lib.backends.local import engine as engine_module
-    from recipes_lib.backends.local.sampler import SampleJob
+    from local_tinker import engine as engine_module
+    from local_tinker.sampler import SampleJob
 
     engine = engine_module.get_engine("float32", "cpu")
     base = engine.base("recipes/tiny-llama")

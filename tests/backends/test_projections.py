@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipes_lib.backends.local import projections
-from recipes_lib.backends.local.projections import LAYOUTS, FusedLinear
+from local_tinker import projections
+from local_tinker.projections import LAYOUTS, FusedLinear
 
 pytestmark = pytest.mark.numerics
 

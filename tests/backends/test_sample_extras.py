@@ -12,8 +12,8 @@ import pytest
 import torch
 from tinker import types
 
-from recipes_lib.backends.local.models import load_base_model
-from recipes_lib.backends.local.scoring import MAX_RETURNED_CELLS
+from local_tinker.models import load_base_model
+from local_tinker.scoring import MAX_RETURNED_CELLS
 from recipes_lib.exceptions import DataFormatError
 
 MODEL = "recipes/tiny-llama"

@@ -13,8 +13,8 @@ pytestmark = [
 
 
 def test_gguf_converts_once_then_reloads_in_under_two_seconds(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from recipes_lib.backends.local import models
-    from recipes_lib.backends.local.models import load_base_model
+    from local_tinker import models
+    from local_tinker.models import load_base_model
 
     monkeypatch.setenv("RECIPES_HOME", str(tmp_path))  # an empty cache: forces the conversion
     monkeypatch.setattr(models, "original_weights_reachable", lambda name: False)  # the GGUF path, even online

@@ -11,8 +11,8 @@ import pytest
 import torch
 from tinker import types
 
-from recipes_lib.backends.local.clients import ServiceClient, TrainingClient
-from recipes_lib.backends.local.stability import StabilityRecords
+from local_tinker.clients import ServiceClient, TrainingClient
+from local_tinker.stability import StabilityRecords
 from recipes_lib.exceptions import DataFormatError
 from tests.provenance import with_sampled_provenance
 
@@ -48,7 +48,7 @@ def trainer_logprobs(trainer: TrainingClient, datums: list[types.Datum]) -> list
 
 
 def adapter_weights(trainer: TrainingClient) -> list[torch.Tensor]:
-    return [t.clone() for t in trainer._base.host.state_dict(trainer._adapter).values()]
+    return [t.clone() for t in trainer._base.adapters.state_dict(trainer._adapter).values()]
 
 
 @pytest.fixture(scope="module")

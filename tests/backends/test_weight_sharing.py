@@ -9,9 +9,9 @@ import pytest
 import torch
 from tinker import types
 
-from recipes_lib.backends.local.clients import ServiceClient
-from recipes_lib.backends.local.precision import PrecisionName
-from recipes_lib.backends.local.trainer import max_backward_tokens
+from local_tinker.clients import ServiceClient
+from local_tinker.precision import PrecisionName
+from local_tinker.trainer import max_backward_tokens
 from tests.lora_training import train_on_tokens
 
 
@@ -81,7 +81,7 @@ def test_backward_micro_batches_fit_the_activation_budget() -> None:
     base = trainer._base  # noqa: SLF001
     config = base.model.config
     per_token = config.num_hidden_layers * (9 * config.hidden_size + 3 * config.intermediate_size) * 4  # fp32
-    from recipes_lib.backends.local import trainer as trainer_module
+    from local_tinker import trainer as trainer_module
 
     expected = min(trainer_module.MAX_MICROBATCH_TOKENS, trainer_module.ACTIVATION_BUDGET_BYTES["cpu"] // per_token)
     assert max_backward_tokens(base.model, base.precision) == expected

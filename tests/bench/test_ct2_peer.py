@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
+from local_tinker.bench import ct2_peer, run
+from local_tinker.bench.report import GroupResult, format_table
 from recipes_lib.argv import config_from_argv
-from recipes_lib.bench import ct2_peer, run
-from recipes_lib.bench.report import GroupResult, format_table
 
 TINY = ["model=recipes/tiny-llama", "repeats=1", "quick=True", "isolate=False"]
 

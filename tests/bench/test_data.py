@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 
-from recipes_lib.bench.data import (
+from local_tinker.bench.data import (
     TokenBatch,
     bench_numbers,
     end_of_turn_token,
     number_words_batch,
     random_batch,
 )
-from recipes_lib.bench.data import number_to_words as bench_number_to_words
+from local_tinker.bench.data import number_to_words as bench_number_to_words
 from renderers import get_renderer
 from supervised.datums import conversation_to_datum
 from supervised.number_words import SYSTEM_PROMPT, conversation, number_to_words

@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from recipes_lib.bench.machine import MatmulTimer, matmul_seconds
+from local_tinker.bench.machine import MatmulTimer, matmul_seconds
 
 
 def test_forward_and_backward_matmuls_are_counted_and_nothing_else() -> None:

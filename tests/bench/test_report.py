@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from recipes_lib.bench.report import (
+from local_tinker.bench.report import (
     GroupResult,
     best_setting,
     decode_bound_tok_s,

@@ -6,9 +6,9 @@ from pathlib import Path
 import chz
 import pytest
 
+from local_tinker.bench import run, worker
+from local_tinker.bench.report import GroupResult
 from recipes_lib.argv import config_from_argv
-from recipes_lib.bench import run, worker
-from recipes_lib.bench.report import GroupResult
 
 
 def config(*argv: str) -> run.BenchConfig:

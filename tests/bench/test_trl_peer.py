@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from local_tinker.bench import run, trl_peer
+from local_tinker.bench.data import bench_numbers, number_words_batch
+from local_tinker.bench.report import derive
+from local_tinker.precision import resolve_precision
 from recipes_lib.argv import config_from_argv
-from recipes_lib.backends.local.precision import resolve_precision
-from recipes_lib.bench import run, trl_peer
-from recipes_lib.bench.data import bench_numbers, number_words_batch
-from recipes_lib.bench.report import derive
 
 TINY = ["model=recipes/tiny-llama", "repeats=1", "quick=True", "isolate=False"]
 

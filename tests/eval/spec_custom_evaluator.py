@@ -6,11 +6,11 @@ Changed imports (the Tinker docs' line in each comment); the class body is the T
 
 from typing import Any, Callable
 
-from recipes_lib.backends.local import clients as tinker  # import tinker
+from local_tinker import clients as tinker  # import tinker
 from tinker import types
 
 import renderers  # from tinker_cookbook import renderers
-from eval.evaluators import SamplingClientEvaluator  # from tinker_cookbook.evaluators import SamplingClientEvaluator
+from recipes_lib.evaluators import SamplingClientEvaluator  # from tinker_cookbook.evaluators import SamplingClientEvaluator
 from recipes_lib.tokenizers import get_tokenizer  # from tinker_cookbook.tokenizer_utils import get_tokenizer
 
 class CustomEvaluator(SamplingClientEvaluator):

@@ -5,7 +5,7 @@ Changed lines carry the Tinker docs' original in a comment: the two imports, and
 spec's Llama-3.1-8B is not available offline; the tests use the tiny test model with its renderer).
 """
 
-from recipes_lib.backends.local import clients as tinker  # import tinker
+from local_tinker import clients as tinker  # import tinker
 from inspect_ai import Task, task
 from inspect_ai.dataset import MemoryDataset, Sample
 from inspect_ai.model import GenerateConfig as InspectAIGenerateConfig

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from local_tinker.models import load_base_model
 from preference.reward_model import (
     PreferenceChatDatasetBuilder,
     PreferenceModelFromChatRenderer,
@@ -17,7 +18,6 @@ from preference.reward_model import (
 )
 from preference.types import Comparison, LabeledComparison
 from recipes.arithmetic.comparisons import ArithmeticComparisonBuilder
-from recipes_lib.backends.local.models import load_base_model
 from recipes_lib.exceptions import DataFormatError
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import get_renderer

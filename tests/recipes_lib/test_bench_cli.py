@@ -1,10 +1,10 @@
-"""`python -m recipes_lib.bench` reads `key=value` like every other command (the bench itself is not run)."""
+"""`python -m local_tinker.bench` reads `key=value` like every other command (the bench itself is not run)."""
 
 import chz
 import pytest
 
+from local_tinker.bench import BenchConfig
 from recipes_lib.argv import config_from_argv
-from recipes_lib.bench import BenchConfig
 
 
 def test_keys_and_defaults() -> None:

@@ -69,7 +69,7 @@ def test_adapter_export_loads_with_peft_on_the_base_and_gives_the_engines_logpro
         tmp_path: Path, trained: tuple[Path, str, list[float]]) -> None:
     from peft import PeftModel
 
-    from recipes_lib.backends.local.models import load_base_model
+    from local_tinker.models import load_base_model
 
     _, path, engine = trained
     _export([f"model_path={path}", f"out={tmp_path}"])

@@ -24,6 +24,9 @@ def test_each_pipeline_gets_its_few_metrics() -> None:
           "test/env/all/reward/total", "test/env/all/correct", "test/env/all/ac_tokens_per_turn"}
     assert headline_keys(rl) == ["env/all/reward/total", "env/all/correct", "optim/lr", "test/env/all/reward/total",
                                  "test/env/all/correct"]
+    # On-policy distillation runs on the RL loop: its envs' reward (always 0) is not shown, the teacher's KL is.
+    distillation = {"teacher_kl", "env/all/reward/total", "optim/lr", "test/exact_match", "teacher/test/exact_match"}
+    assert headline_keys(distillation) == ["teacher_kl", "optim/lr", "test/exact_match", "teacher/test/exact_match"]
     dpo = {"dpo_loss", "accuracy", "margin", "learning_rate", "test/dpo_loss", "test/accuracy"}
     assert headline_keys(dpo) == ["dpo_loss", "accuracy", "learning_rate", "test/dpo_loss", "test/accuracy"]
     # "accuracy" without DPO is some evaluator's score, listed with the other evaluations

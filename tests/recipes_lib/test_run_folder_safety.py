@@ -17,9 +17,10 @@ from recipes.prompt_distillation import create_data
 from recipes_lib import sweep
 from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import CHECKPOINTS_FILE, CheckpointRecord, load_checkpoints
-from recipes_lib.cli import check_log_dir, user_errors
+from recipes_lib.cli import user_errors
 from recipes_lib.exceptions import CheckpointError, ConfigurationError, DataFormatError
 from recipes_lib.jsonl import read_jsonl
+from recipes_lib.log_folder import check_log_dir
 from recipes_lib.logging import read_metrics, truncate_log
 from recipes_lib.run_lock import LOCK_FILE
 
@@ -143,7 +144,7 @@ def test_data_files_accept_a_byte_order_mark_and_name_a_non_utf8_line(tmp_path: 
 
 
 def test_a_truncated_checkpoint_file_names_its_path(service_client) -> None:  # type: ignore[no-untyped-def]
-    from recipes_lib.backends.local import storage
+    from local_tinker import storage
 
     client = service_client.create_lora_training_client(base_model="recipes/tiny-llama", rank=2).result()
     path = client.save_state("truncated").result().path
@@ -154,7 +155,7 @@ def test_a_truncated_checkpoint_file_names_its_path(service_client) -> None:  # 
 
 
 def test_an_unreadable_context_length_is_unknown_not_8192(caplog: pytest.LogCaptureFixture) -> None:
-    from recipes_lib.backends.local.models import max_context_length
+    from local_tinker.models import max_context_length
 
     with caplog.at_level(logging.WARNING):
         assert max_context_length("nobody/no-such-model-here") is None

@@ -1,4 +1,4 @@
-"""The one way every trainer starts a run (`recipes_lib.cli.open_run`), and the shared helpers its
+"""The one way every trainer starts a run (`recipes_lib.lifecycle.open_run`), and the shared helpers its
 loops use: `eval_due`, `resume_step`, `adam_params`, `resolve_renderer_name`."""
 
 from pathlib import Path
@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from recipes_lib.checkpoints import CheckpointRecord
-from recipes_lib.cli import eval_due, open_run, resume_step, save_due
 from recipes_lib.config import BackendConfig
 from recipes_lib.hyperparams import adam_params
+from recipes_lib.lifecycle import eval_due, open_run, resume_step, save_due
 from recipes_lib.model_info import resolve_renderer_name
 from rl import train as rl_train
 from tests.rl.fakes import EchoEnv, FakeDatasetBuilder, dataset_of

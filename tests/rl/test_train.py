@@ -177,7 +177,7 @@ def test_grpo_advantages_averaged_per_sequence_reach_the_trainer(tmp_path: Path,
     """advantage_normalization=group_std, loss_aggregation=sequence_mean, loss_fn=gspo: each datum's
     action tokens carry A / n (n its action tokens), and each group's A sum to 0 with a sample std of
     std / (std + 1e-4) (the rewards, shares of even token ids, differ within a group)."""
-    from recipes_lib.backends.local.clients import TrainingClient
+    from local_tinker.clients import TrainingClient
 
     sent: list[tuple[list[Any], str]] = []
     original = TrainingClient.forward_backward
@@ -232,7 +232,7 @@ def test_stable_reinforce_trains_two_turn_episodes_on_what_the_sampler_recorded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each two-turn episode is one datum naming both turns' sequences (a prompt and a sampled span
     each); the engine weighs every trained action token with its sampler's recorded log-prob."""
-    from recipes_lib.backends.local.clients import TrainingClient
+    from local_tinker.clients import TrainingClient
 
     sent: list[tuple[list[Any], Any]] = []
     original = TrainingClient.forward_backward

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from recipes_lib.server.serve import ServerConfig, ThreadedServer, free_port
+from local_tinker.server.serve import ServerConfig, ThreadedServer, free_port
 
 API_KEY = "tml-test-server-key-0123456789"
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import tinker
 from tinker import types
 
-from recipes_lib.server.serve import ThreadedServer
+from local_tinker.server.serve import ThreadedServer
 from tests.server.conftest import API_KEY
 
 MODEL = "recipes/tiny-llama"

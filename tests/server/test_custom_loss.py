@@ -12,9 +12,9 @@ import tinker
 import torch
 from tinker import types
 
-from recipes_lib.backends.local.clients import ServiceClient as LocalServiceClient
+from local_tinker.clients import ServiceClient as LocalServiceClient
+from local_tinker.server.serve import ThreadedServer
 from recipes_lib.exceptions import ConfigurationError
-from recipes_lib.server.serve import ThreadedServer
 from tests.server.conftest import API_KEY
 
 MODEL = "recipes/tiny-llama"

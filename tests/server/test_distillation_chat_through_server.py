@@ -9,11 +9,11 @@ from pathlib import Path
 import chz
 import pytest
 
+from local_tinker.server.serve import ThreadedServer
 from recipes import chat
 from recipes.distillation import on_policy
 from recipes_lib.argv import config_from_argv
 from recipes_lib.logging import read_metrics
-from recipes_lib.server.serve import ThreadedServer
 from tests.server.test_recipes_through_server import LOCAL, _tinker, assert_same_metrics
 
 DISTILL = ["model_name=recipes/tiny-llama", "teacher_log_path=None", "teacher_model_name=recipes/tiny-qwen3",

@@ -2,7 +2,7 @@
 
 import pytest
 
-from recipes_lib.backends.local.clients import ServiceClient
+from local_tinker.clients import ServiceClient
 from recipes_lib.exceptions import CheckpointError
 
 

@@ -16,7 +16,7 @@ from tinker import types
 from tinker.proto import tinker_public_pb2 as pb
 from tinker.proto.request_conv import forward_backward_request_to_proto
 
-from recipes_lib.server.serve import ThreadedServer
+from local_tinker.server.serve import ThreadedServer
 from tests.server.conftest import API_KEY
 
 MODEL = "recipes/tiny-llama"
@@ -165,8 +165,8 @@ def test_errors_reach_the_sdk_as_clear_errors(server: ThreadedServer, live: Live
 
 
 def test_proto_roundtrip_of_unsupported_chunks_is_refused() -> None:
+    from local_tinker.server.wire import decode_forward_backward
     from recipes_lib.exceptions import DataFormatError
-    from recipes_lib.server.wire import decode_forward_backward
 
     msg = pb.ForwardBackwardRequest(model_id="m", seq_id=1, loss_fn="cross_entropy")
     msg.data.add().model_input.add().image.data = b"png"

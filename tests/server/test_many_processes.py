@@ -19,7 +19,7 @@ from pathlib import Path
 import tinker
 from tinker import types
 
-from recipes_lib.server.serve import free_port
+from local_tinker.server.serve import free_port
 from tests.server.conftest import API_KEY
 from tests.server.test_restart import _start_server
 

@@ -13,11 +13,11 @@ from typing import Any
 import chz
 import pytest
 
+from local_tinker.server.serve import ThreadedServer
 from recipes import dpo_basic, quickstart, rl_basic, sl_basic
 from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import load_checkpoints
 from recipes_lib.logging import read_metrics
-from recipes_lib.server.serve import ThreadedServer
 
 TINY = ["model_name=recipes/tiny-llama", "max_steps=2"]
 LOCAL = ["backend.precision=float32"]

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from recipes_lib.server.registry import (
+from local_tinker.server.registry import (
     MAX_SAMPLERS_PER_SESSION,
     MIN_SAMPLERS_PER_SESSION,
     SAMPLER_BYTES_PER_SESSION,
@@ -67,8 +67,8 @@ def test_future_store_keeps_results_until_fetched_then_a_bounded_while() -> None
 
     import pytest
 
-    from recipes_lib.server.futures import FutureStore
-    from recipes_lib.server.registry import NotFound
+    from local_tinker.server.futures import FutureStore
+    from local_tinker.server.registry import NotFound
 
     store = FutureStore(max_pending=2, max_fetched=1)
     futures: list[Future[int]] = [Future() for _ in range(3)]

@@ -3,7 +3,7 @@
 import pytest
 import tinker
 
-from recipes_lib.server.serve import ThreadedServer
+from local_tinker.server.serve import ThreadedServer
 from tests.server.conftest import API_KEY
 
 

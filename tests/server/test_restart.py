@@ -17,16 +17,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from local_tinker.server.serve import free_port
 from recipes_lib.checkpoints import load_checkpoints
 from recipes_lib.logging import read_metrics
-from recipes_lib.server.serve import free_port
 from tests.server.conftest import API_KEY
 
 STEPS = 12
 
 
 def _start_server(port: int, env: dict[str, str], stderr: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen([sys.executable, "-m", "recipes_lib.server", f"port={port}", "precision=float32",
+    process = subprocess.Popen([sys.executable, "-m", "local_tinker.server", f"port={port}", "precision=float32",
                                 "device=cpu"], env=env, stdout=subprocess.DEVNULL, stderr=stderr)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

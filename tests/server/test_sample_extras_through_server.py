@@ -10,8 +10,8 @@ import tinker
 import torch
 from tinker import types
 
-from recipes_lib.backends.local.clients import ServiceClient as LocalServiceClient
-from recipes_lib.server.serve import ThreadedServer
+from local_tinker.clients import ServiceClient as LocalServiceClient
+from local_tinker.server.serve import ThreadedServer
 from tests.server.conftest import API_KEY
 
 MODEL = "recipes/tiny-llama"

@@ -4,8 +4,8 @@ import pytest
 import tinker
 from tinker import types
 
-from recipes_lib.backends.local.clients import ServiceClient as LocalServiceClient
-from recipes_lib.server.serve import ThreadedServer
+from local_tinker.clients import ServiceClient as LocalServiceClient
+from local_tinker.server.serve import ThreadedServer
 from tests.server.conftest import API_KEY
 
 PROMPT = types.ModelInput.from_ints([1, 22, 333, 4444, 5])

@@ -22,11 +22,11 @@ import tinker
 import torch
 from tinker import types
 
-from recipes_lib.backends.local import trainer as trainer_module
-from recipes_lib.backends.local.budget import MemoryBudget, resident_bytes
-from recipes_lib.backends.local.engine import get_engine
-from recipes_lib.server.registry import MAX_SAMPLERS_PER_SESSION
-from recipes_lib.server.serve import ServerConfig, ThreadedServer, free_port
+from local_tinker import trainer as trainer_module
+from local_tinker.budget import MemoryBudget, resident_bytes
+from local_tinker.engine import get_engine
+from local_tinker.server.registry import MAX_SAMPLERS_PER_SESSION
+from local_tinker.server.serve import ServerConfig, ThreadedServer, free_port
 from tests.server.conftest import API_KEY
 
 MODEL = "recipes/tiny-llama"

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from recipes_lib.server.app import shutdown_exception_handler
+from local_tinker.server.app import shutdown_exception_handler
 
 
 async def create_collapsing_task_group() -> AsyncIterator[None]:  # named as starlette's

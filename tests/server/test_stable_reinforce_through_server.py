@@ -8,7 +8,7 @@ import pytest
 import tinker
 from tinker import types
 
-from recipes_lib.server.serve import ThreadedServer
+from local_tinker.server.serve import ThreadedServer
 from tests.provenance import with_sampled_provenance
 from tests.server.conftest import API_KEY
 
@@ -83,8 +83,8 @@ def test_unknown_and_foreign_sequence_ids_are_clear_400s(server: ThreadedServer)
 
 
 def test_a_finished_session_takes_its_records_with_it() -> None:
-    from recipes_lib.backends.local.stability import RECORDS
-    from recipes_lib.server.registry import Registry
+    from local_tinker.server.registry import Registry
+    from local_tinker.stability import RECORDS
 
     registry = Registry()
     session = registry.new_session([], {}).session_id

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from local_tinker.server.serve import ThreadedServer
 from recipes.tool_calculator import train
 from recipes_lib.argv import config_from_argv
 from recipes_lib.logging import read_metrics
-from recipes_lib.server.serve import ThreadedServer
 from tests.server.test_recipes_through_server import assert_same_metrics
 
 TINY = "recipes/tiny-llama"

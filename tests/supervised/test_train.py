@@ -8,7 +8,7 @@ import pytest
 
 from recipes import sl_basic
 from recipes.number_words.dataset import NumberWordsBuilder
-from recipes_lib import cli
+from recipes_lib import lifecycle
 from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import CheckpointRecord, load_checkpoints
 from recipes_lib.exceptions import ConfigurationError
@@ -86,6 +86,28 @@ def test_dataset_key_picks_the_builder_and_its_defaults() -> None:
     assert (words.learning_rate, words.num_epochs, words.dataset.common_config.batch_size) == (1e-3, 1, 16)
     hub = config_from_argv(sl_cli.build_config(), ["model_name=recipes/tiny-llama", "dataset=hub", "dataset.path=HuggingFaceH4/no_robots"])
     assert isinstance(hub.dataset, HuggingFaceChatBuilder) and hub.dataset.path == "HuggingFaceH4/no_robots"
+
+
+def test_a_file_or_hub_id_as_dataset_takes_the_clis_preset_in_the_cli_and_in_sl_basic() -> None:
+    model, file = "model_name=recipes/tiny-llama", "dataset=example_data/conversations.jsonl"
+    own, rest = sl_cli.own_data_arguments([model, file])
+    assert own is not None and rest == [model]
+    for blueprint, args in (sl_basic.blueprint_for([model, file]), (sl_cli.build_config().apply(own), rest)):
+        config = config_from_argv(blueprint, args)
+        assert isinstance(config.dataset, FromConversationFileBuilder) and config.dataset_builder == config.dataset
+        assert config.dataset.file_path == "example_data/conversations.jsonl" and config.dataset.test_size == 8
+        assert (config.num_epochs, config.eval_every, config.dataset.common_config.batch_size) == (3, 4, 8)
+        assert config.learning_rate == get_lr("recipes/tiny-llama") and config.evaluator_builders == []
+    assert config_from_argv(*sl_basic.blueprint_for([])).log_path == "/tmp/recipes-examples/sl_basic"
+    hub = config_from_argv(*sl_basic.blueprint_for([model, "dataset=HuggingFaceH4/no_robots", "eval_every=3"]))
+    assert isinstance(hub.dataset, HuggingFaceChatBuilder) and hub.dataset.path == "HuggingFaceH4/no_robots"
+    assert (hub.num_epochs, hub.eval_every, hub.dataset.common_config.batch_size) == (1, 3, 32)
+    assert hub.log_path == "/tmp/recipes-examples/sl_basic" and hub.lr_schedule == "linear"
+    words = config_from_argv(*sl_basic.blueprint_for(["dataset=number_words"]))
+    assert isinstance(words.dataset, NumberWordsBuilder) and len(words.evaluator_builders) == 1
+    named = config_from_argv(*sl_basic.blueprint_for([model, "dataset=hhh"]))  # another name: no number-words keys
+    assert type(named.dataset).__name__ == "HHHPreferenceData" and named.evaluator_builders == []
+    assert sl_cli.own_data_arguments(["dataset=my_package.data:Builder"]) == (None, ["dataset=my_package.data:Builder"])
 
 
 def test_an_unknown_dataset_names_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
@@ -202,8 +224,8 @@ class _RecordingClient:
 
 def _events_of_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra: str) -> list[str]:
     events: list[str] = []
-    real = cli.create_or_resume_training_client  # every trainer's client comes from cli.open_run
-    monkeypatch.setattr(cli, "create_or_resume_training_client",
+    real = lifecycle.create_or_resume_training_client  # every trainer's client comes from lifecycle.open_run
+    monkeypatch.setattr(lifecycle, "create_or_resume_training_client",
                         lambda *a, **k: _RecordingClient(real(*a, **k), events))
     train.main(tiny_config(tmp_path, "max_steps=4", "eval_every=2", "save_every=0",
                            "evaluator_builders.0.num_heldout=6", *extra))

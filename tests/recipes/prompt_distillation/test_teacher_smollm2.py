@@ -5,6 +5,7 @@ from collections import defaultdict
 
 import pytest
 
+from local_tinker.clients import ServiceClient
 from recipes.prompt_distillation.evaluation import classify
 from recipes.prompt_distillation.task import (
     TEACHER_PREFILL,
@@ -13,7 +14,6 @@ from recipes.prompt_distillation.task import (
     student_conversation,
     teacher_conversation,
 )
-from recipes_lib.backends.local.clients import ServiceClient
 from recipes_lib.paths import SMOLLM2_NAME
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import get_renderer

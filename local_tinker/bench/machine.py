@@ -1,0 +1,158 @@
+"""What this machine can do at best, measured in the run: matmul peak, memory bandwidth, a decode step's
+matmuls alone, a training step's matmuls timed inside it; and the timers.
+
+The timers take medians after one warm-up; `alternating_seconds` runs several steps in turn, round
+after round, so that every step sees the same machine (this 2-core VM is shared and noisy).
+"""
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from local_tinker.decoder import FusedDecoder, supports
+from local_tinker.models import load_base_model
+
+
+def median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall-clock seconds of `repeats` calls of `fn`, after one untimed warm-up call."""
+    return alternating_seconds({"fn": fn}, repeats)["fn"]
+
+
+def alternating_seconds(steps: Mapping[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median wall-clock seconds of each step, timed in rounds (each step once per round, in order),
+    after a warm-up of each."""
+    return alternating_self_timed({name: wall_clock(step) for name, step in steps.items()}, repeats)
+
+
+def alternating_self_timed(steps: Mapping[str, Callable[[], float]], repeats: int) -> dict[str, float]:
+    """Median of the seconds each step reports for itself, over `repeats` rounds after a warm-up round."""
+    for step in steps.values():
+        step()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            times[name].append(step())
+    return {name: statistics.median(seconds) for name, seconds in times.items()}
+
+
+def wall_clock(fn: Callable[[], object]) -> Callable[[], float]:
+    """`fn` as a step that returns its own wall-clock seconds."""
+
+    def timed() -> float:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    return timed
+
+
+def matmul_peak(dtype: torch.dtype, repeats: int = 5, quick: bool = False) -> float:
+    """Best median GFLOP/s over model-shaped and square GEMMs (`quick`: one small shape, for tests)."""
+    shapes = [(64, 64, 64)] if quick else [(1024, 576, 1536), (1024, 1536, 576), (1024, 1024, 1024),
+                                            (2048, 2048, 2048)]
+    best = 0.0
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+        out = torch.empty(m, n, dtype=dtype)
+        calls = 1 if quick else max(1, int(2e9 / (2 * m * k * n)))
+
+        def run(a: torch.Tensor = a, b: torch.Tensor = b, out: torch.Tensor = out, calls: int = calls) -> None:
+            for _ in range(calls):
+                torch.matmul(a, b, out=out)
+
+        best = max(best, 2 * m * k * n * calls / median_seconds(run, repeats) / 1e9)
+    return best
+
+
+def memory_bandwidth(repeats: int = 5, quick: bool = False) -> float:
+    """GB/s reading a 512 MiB tensor (a sum); 4 MiB when `quick`."""
+    x = torch.ones((1 if quick else 128) * 1024 * 1024, dtype=torch.float32)
+    return x.numel() * 4 / median_seconds(lambda: x.sum(), repeats) / 1e9
+
+
+MATMUL_OPS = frozenset({torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+                        torch.ops.aten.baddbmm.default})
+
+
+class MatmulTimer(TorchDispatchMode):
+    """Adds up the wall-clock seconds of every matmul (`MATMUL_OPS`) run on the thread it is entered
+    on, backward passes included (on a CPU autograd runs them on the calling thread). Attention
+    kernels and everything else run untimed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds = 0.0
+        self.calls = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func not in MATMUL_OPS:
+            return func(*args, **(kwargs or {}))
+        start = time.perf_counter()
+        out = func(*args, **(kwargs or {}))
+        self.seconds += time.perf_counter() - start
+        self.calls += 1
+        return out
+
+
+def _here(fn: Callable[[], object]) -> object:
+    return fn()
+
+
+def matmul_seconds(step: Callable[[], object], repeats: int,
+                   on_thread: Callable[[Callable[[], object]], object] = _here) -> float:
+    """Median seconds that one call of `step` spends in matmuls, over `repeats` calls after a warm-up.
+
+    `on_thread(fn)` runs `fn` on the thread that does `step`'s work (the engine's serving thread for
+    a client call); the timer is entered and left there. What a step would cost if it were nothing
+    but its matmuls, at the speed they run inside it: no step built on these matmuls is faster.
+    """
+
+    def timed() -> float:
+        timer = MatmulTimer()
+        on_thread(timer.__enter__)
+        try:
+            step()
+        finally:
+            on_thread(partial(timer.__exit__, None, None, None))
+        return timer.seconds
+
+    return alternating_self_timed({"matmuls": timed}, repeats)["matmuls"]
+
+
+def model_flops_per_token(model: torch.nn.Module) -> float:
+    """4 N: forward (2 N) plus activation gradients (2 N); N counts every matmul weight once."""
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    return 4.0 * linear
+
+
+def weight_bytes(model: torch.nn.Module, dtype: torch.dtype) -> int:
+    """Bytes one decode step streams: every parameter once, at `dtype`."""
+    return sum(p.numel() for p in model.parameters()) * torch.empty((), dtype=dtype).element_size()
+
+
+def decode_matmuls_tok_s(model_name: str, dtype: torch.dtype, repeats: int = 5, rows: int = 8,
+                         steps: int = 10) -> float | None:
+    """Tokens/s of decoding `rows` sequences if a decode step were nothing but its matmuls: the
+    engine's fused step (`FusedDecoder.matmuls_alone`) on the base model in `dtype`, weights packed as
+    it packs them; None where the fused step does not support the model.
+
+    The weight-streaming bound assumes a step costs only reading the weights once; at a few rows a
+    CPU's matmuls (compute and per-call cost) can take much longer than that, and this figure says
+    how much: no sampler built on these matmuls decodes faster.
+    """
+    model: Any = load_base_model(model_name)
+    model.to(dtype)  # as the engine stores a frozen base
+    if not supports(model):
+        return None
+    matmuls = FusedDecoder(model).matmuls_alone(rows)
+
+    def run() -> None:
+        for _ in range(steps):
+            matmuls()
+
+    return rows * steps / median_seconds(run, repeats)

@@ -1,0 +1,283 @@
+"""A lean one-token decode step for Llama-family models (llama, qwen2, qwen3), for the sampler.
+
+Decoding a small model on a CPU is bound by per-operation overhead and by how fast the weights
+stream, not by arithmetic: the Hugging Face forward spends most of a step building masks, growing
+the KV cache by concatenation and running seven projections (plus fourteen LoRA products) per
+layer. This step computes the same function with
+
+- fused projections: q/k/v in one matmul and gate/up in one. The fused weight is the storage:
+  the model's own `nn.Linear` weights are views into it (`share_fused_storage`, done once when the
+  base model loads, so the trainer, the sampler's Hugging Face forward and this step all read one
+  copy of the base weights, which this step never writes);
+- a LoRA delta computed beside the weights, fused the same way (A stacked, B block-diagonal), or
+  in fp32 merged into a packed copy; on a CPU the weights re-laid out once for oneDNN's small-batch
+  matmul. Each group of projections uses the fastest layout that a probe finds to round exactly
+  as the scorer does on this machine (`projections.py`);
+- a KV cache grown in large steps and written in place (one tensor for all layers), and the
+  one-query attention computed directly (faster at these sizes on a CPU than torch's fused
+  attention kernel), in the dtype the model's own attention uses (`attention.attention_dtype`:
+  fp64 for bf16 models, so its output rounds to bf16 as the scorer's and the trainer's do).
+
+Prefill stays with the Hugging Face forward; its cache is copied in once. The step's logits get
+the same processing as the model's own forward (`logits.logit_processing`; none for these
+families today, but a config that asks for soft-capping or a scale gets it here too).
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from local_tinker.attention import attention_dtype
+from local_tinker.logits import logit_processing
+from local_tinker.memory import return_freed_memory
+from local_tinker.projections import Deltas, FusedLinear, fused_weight
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+
+ROOM_STEP = 128  # KV-cache columns added at a time (a generation rarely needs its max_tokens)
+# A KV cache this large is copied from the prefill layer by layer with the freed memory returned in
+# between (glibc keeps freed blocks: the copy and the prefill's cache would otherwise add up).
+LARGE_CACHE_BYTES = 64 * 2**20
+
+
+def supports(model: nn.Module) -> bool:
+    """Whether `model` is a decoder this step computes exactly (else the sampler uses its forward)."""
+    config: Any = getattr(model, "config", None)
+    if config is None or config.model_type not in SUPPORTED_MODEL_TYPES or config.hidden_act != "silu":
+        return False
+    if getattr(config, "mlp_bias", False) or getattr(config, "use_sliding_window", False):
+        return False
+    layers: Any = model.model.layers  # type: ignore[union-attr]
+    for layer in layers:
+        attn = layer.self_attn
+        biases = [attn.q_proj.bias is None, attn.k_proj.bias is None, attn.v_proj.bias is None]
+        if len(set(biases)) != 1 or attn.o_proj.bias is not None:
+            return False
+    return True
+
+
+FUSED_GROUPS = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up_proj")))
+
+
+def share_fused_storage(model: nn.Module) -> None:
+    """Store each layer's q/k/v weights (and biases) in one tensor, and gate/up in one.
+
+    The `nn.Linear` weights become row-slices of it (contiguous, so every matmul reads them as
+    before); `FusedDecoder` then fuses them without copying. Call it once on a base model, before
+    any adapter wraps its Linears, so the trainer and the sampler share these tensors.
+    """
+    if not supports(model):
+        return
+    for layer in model.model.layers:  # type: ignore[union-attr]
+        for parent, names in FUSED_GROUPS:
+            fused_weight([getattr(getattr(layer, parent), name) for name in names])
+
+
+class _Layer:
+    def __init__(self, layer: Any, prefix: str):
+        attn, mlp = layer.self_attn, layer.mlp
+        self.qkv = FusedLinear([attn.q_proj, attn.k_proj, attn.v_proj],
+                          [f"{prefix}.self_attn.{n}" for n in ("q_proj", "k_proj", "v_proj")])
+        self.o = FusedLinear([attn.o_proj], [f"{prefix}.self_attn.o_proj"])
+        self.gate_up = FusedLinear([mlp.gate_proj, mlp.up_proj], [f"{prefix}.mlp.gate_proj", f"{prefix}.mlp.up_proj"])
+        self.down = FusedLinear([mlp.down_proj], [f"{prefix}.mlp.down_proj"])
+        self.input_norm = (layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
+        self.post_norm = (layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
+        q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+        self.q_norm = None if q_norm is None else (q_norm.weight, q_norm.variance_epsilon)
+        self.k_norm = None if k_norm is None else (k_norm.weight, k_norm.variance_epsilon)
+        self.scaling = float(attn.scaling)
+
+    def fused(self) -> list[FusedLinear]:
+        return [self.qkv, self.o, self.gate_up, self.down]
+
+
+def _rms_norm(x: torch.Tensor, weight_eps: tuple[torch.Tensor, float]) -> torch.Tensor:
+    """RMSNorm as the Hugging Face Llama family computes it: normalised in fp32, scaled in x's dtype."""
+    weight, eps = weight_eps
+    x32 = x.float()
+    return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+
+class FusedDecoder:
+    """Batched one-token decode steps over a preallocated KV cache.
+
+    Build it once per sampler model (it rewires the model's linear weights into fused storage
+    unless `share_fused_storage` already did), call `set_lora` on every snapshot switch, then per
+    generation `start` from a prefill cache and `step` once per token.
+    """
+
+    def __init__(self, model: Any):
+        self.model = model
+        config = model.config
+        self.heads = int(config.num_attention_heads)
+        self.kv_heads = int(config.num_key_value_heads)
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+        paths = {module: path for path, module in model.named_modules()}
+        self.layers = [_Layer(layer, paths[layer]) for layer in model.model.layers]
+        head = model.get_output_embeddings()
+        self.head = FusedLinear([head], [paths[head]])  # one member: its own weight, shared (tied or not)
+        self.logit_processing = logit_processing(config)
+        self.final_norm = (model.model.norm.weight, model.model.norm.variance_epsilon)
+        self.embed = model.model.embed_tokens
+        self.rotary = model.model.rotary_emb
+        self.attention_dtype = attention_dtype(self.head.weight.dtype)
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+        self.mask: torch.Tensor | None = None
+        self.length = 0
+        self._stale = True
+
+    def set_lora(self, deltas: Deltas, merge: bool = False) -> None:
+        """Use `deltas` (empty: none) from the next step on: beside the weights, or with `merge`
+        folded into the packed copy where the weights are packed (beside where they are not)."""
+        dtype = self.head.weight.dtype
+        for fused in self._all_fused():
+            fused.set_lora(deltas, dtype)
+            fused.merge = merge
+        self._stale = True
+
+    def weights_changed(self) -> None:
+        """Note that the weights were written: they are re-packed before the next step."""
+        self._stale = True
+
+    def release(self) -> None:
+        """Free the packed copies of the weights until the next step needs them (re-packing costs
+        about what one decode step costs)."""
+        for fused in self._all_fused():
+            fused.release()
+        self._stale = True
+
+    def layouts(self) -> dict[str, str]:
+        """The layout (`projections.LAYOUTS`) each kind of projection group computes in, packing first."""
+        self._pack_if_stale(self.head.weight.device)
+        kinds: dict[str, set[str]] = {}
+        for layer in self.layers:
+            for kind, fused in zip(("q/k/v", "o", "gate/up", "down"), layer.fused()):
+                kinds.setdefault(kind, set()).add(fused.layout)
+        kinds["head"] = {self.head.layout}
+        return {kind: "/".join(sorted(layouts)) for kind, layouts in kinds.items()}
+
+    def _all_fused(self) -> list[FusedLinear]:
+        return [f for layer in self.layers for f in layer.fused()] + [self.head]
+
+    def _pack_if_stale(self, device: torch.device) -> None:
+        if self._stale:
+            for fused in self._all_fused():
+                fused.pack()
+            return_freed_memory(device)  # the packing's temporaries
+            self._stale = False
+
+    def matmuls_alone(self, rows: int) -> Callable[[], None]:
+        """A call that runs only the matmuls of one `step` over `rows` rows: every layer's fused
+        projections (with the loaded LoRA's products) and the head, on fixed random inputs, with the
+        weights packed as `step` packs them. What a step would cost if it were nothing but its
+        matmuls: a ceiling for decode speed on this machine (the bench reports it)."""
+        fused = self._all_fused()
+        self._pack_if_stale(self.head.weight.device)
+        generator = torch.Generator().manual_seed(0)
+        inputs = [torch.randn(rows, f.weight.shape[1], generator=generator).to(f.weight.device, f.weight.dtype)
+                  for f in fused]
+
+        def run() -> None:
+            with torch.no_grad():
+                for projection, x in zip(fused, inputs, strict=True):
+                    projection(x)
+
+        return run
+
+    def start(self, prefill_cache: Any, rows: torch.Tensor, mask_R_W: torch.Tensor, new_tokens: int) -> None:
+        """Copy a prefill cache (one entry per prompt) into a cache with room for more tokens per row.
+
+        Args:
+            prefill_cache: the Hugging Face cache of the prompts' left-padded prefill, or a list of
+                them (the prefill of consecutive chunks of the prompts, all padded to one width).
+            rows: for each decoded row, the index of its prompt in the prefill batch.
+            mask_R_W: each row's prefill attention mask (1 on prompt tokens, 0 on padding).
+            new_tokens: the most tokens any row may add (room grows in steps up to it).
+        """
+        caches = prefill_cache if isinstance(prefill_cache, list) else [prefill_cache]
+        first = caches[0].layers[0].keys
+        width = first.shape[2]
+        shape = (len(self.layers), len(rows), self.kv_heads, width + min(new_tokens, ROOM_STEP), self.head_dim)
+        # Kept in the model's dtype, which holds k and v exactly; attention casts each layer's part.
+        self.keys = first.new_empty(shape)
+        self.values = first.new_empty(shape)
+        large = 2 * self.keys.nbytes > LARGE_CACHE_BYTES
+        for i in range(len(caches[0].layers)):
+            self.keys[i, :, :, :width] = _joined([cache.layers[i].keys for cache in caches])[rows]
+            self.values[i, :, :, :width] = _joined([cache.layers[i].values for cache in caches])[rows]
+            for cache in caches:  # copied: free the prefill's layer now, not after the last one
+                cache.layers[i].keys = cache.layers[i].values = None
+            if large:  # and give it back, so the copy and the prefill's cache never add up
+                return_freed_memory(first.device)
+        self.mask = mask_R_W.bool()
+        self.length = width
+
+    def _make_room(self) -> None:
+        assert self.keys is not None and self.values is not None
+        if self.length == self.keys.shape[3]:
+            more = self.keys.new_empty(self.keys.shape[:3] + (max(ROOM_STEP, self.length // 2),) + self.keys.shape[4:])
+            self.keys = torch.cat([self.keys, more], dim=3)
+            self.values = torch.cat([self.values, torch.empty_like(more)], dim=3)
+
+    def finish(self) -> None:
+        """Free the generation's KV cache."""
+        self.keys = self.values = self.mask = None
+        self.length = 0
+
+    def keep(self, index: torch.Tensor) -> None:
+        """Keep only the rows at `index` (finished rows leave the batch)."""
+        assert self.keys is not None and self.values is not None and self.mask is not None
+        self.keys = self.keys[:, index]
+        self.values = self.values[:, index]
+        self.mask = self.mask[index]
+
+    def step(self, tokens_R: torch.Tensor, positions_R: torch.Tensor) -> torch.Tensor:
+        """Append one token per row at its position; returns the next-token logits `[R, vocab]`."""
+        assert self.keys is not None and self.values is not None and self.mask is not None
+        self._make_room()
+        self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
+        rows, t = tokens_R.shape[0], self.length
+        x = self.embed(tokens_R)
+        cos, sin = self.rotary(x, positions_R[:, None])  # [R, 1, head_dim]
+        cos, sin = cos[:, None], sin[:, None]  # [R, 1, 1, head_dim], broadcast over heads
+        self._pack_if_stale(x.device)
+        bias = torch.zeros(self.mask.shape, device=x.device, dtype=self.attention_dtype)
+        bias = bias.masked_fill_(~self.mask, float("-inf"))[:, None, None]
+        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        groups = self.heads // self.kv_heads
+        for i, layer in enumerate(self.layers):
+            qkv = layer.qkv(_rms_norm(x, layer.input_norm))
+            q = qkv[:, :q_size].view(rows, self.kv_heads, groups, self.head_dim)
+            k = qkv[:, q_size : q_size + kv_size].view(rows, self.kv_heads, 1, self.head_dim)
+            v = qkv[:, q_size + kv_size :].view(rows, self.kv_heads, 1, self.head_dim)
+            if layer.q_norm is not None and layer.k_norm is not None:
+                q, k = _rms_norm(q, layer.q_norm), _rms_norm(k, layer.k_norm)
+            self.keys[i, :, :, t : t + 1] = _rotate(k, cos, sin)
+            self.values[i, :, :, t : t + 1] = v
+            # Attention of one query per row; query head h reads key/value head h // groups.
+            query = _rotate(q, cos, sin).to(self.attention_dtype)
+            keys, values = (c[i, :, :, : t + 1].to(self.attention_dtype) for c in (self.keys, self.values))
+            scores = torch.matmul(query, keys.transpose(-1, -2))
+            probs = torch.softmax(scores * layer.scaling + bias, dim=-1)
+            attended = torch.matmul(probs, values).to(x.dtype)
+            x = x + layer.o(attended.reshape(rows, q_size))
+            gate, up = layer.gate_up(_rms_norm(x, layer.post_norm)).chunk(2, dim=-1)
+            x = x + layer.down(F.silu(gate) * up)
+        self.length = t + 1
+        logits = self.head(_rms_norm(x, self.final_norm))
+        return logits if self.logit_processing is None else self.logit_processing(logits.float())
+
+
+def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
+    """The chunks' tensors along the batch dimension (the one tensor itself when there is one)."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts)

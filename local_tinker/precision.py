@@ -1,0 +1,80 @@
+"""Numerics of the local engine: device, training autocast dtype and sampler weight dtype.
+
+`auto` picks bf16 where it measurably helps: on CUDA, and on CPUs with native bf16 dot products
+(AVX512-BF16 or AMX), where a LoRA step runs faster in bf16 than in fp32 (`make bench` prints
+both). Elsewhere bf16 is emulated and slower, so
+`auto` stays in fp32. Training always keeps fp32 master weights and computes log-softmax in fp32.
+"""
+
+import functools
+import os
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from local_tinker.errors import ConfigurationError
+
+PrecisionName = Literal["auto", "float32", "bfloat16"]
+DeviceName = Literal["auto", "cpu", "cuda"]
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How the engine computes: `autocast` None means plain fp32."""
+
+    device: torch.device
+    autocast: torch.dtype | None
+    sampler_dtype: torch.dtype
+
+    @property
+    def name(self) -> str:
+        return "float32" if self.autocast is None else str(self.autocast).removeprefix("torch.")
+
+    def context(self) -> AbstractContextManager[object]:
+        """Autocast for the forward pass (a no-op in fp32)."""
+        if self.autocast is None:
+            return nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast)
+
+
+# oneDNN instruction-set caps (`ONEDNN_MAX_CPU_ISA`) under which it still has bf16 dot products.
+_BF16_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16", "AVX10_1_512",
+              "AVX10_1_512_AMX", "AVX10_1_512_AMX_FP16", "AVX10_2_512", "AVX10_2_512_AMX_2", "DEFAULT", "ALL")
+
+
+@functools.cache
+def cpu_has_native_bf16() -> bool:
+    """True on x86 CPUs that advertise AVX512-BF16 or AMX-BF16 (read from /proc/cpuinfo), unless torch's
+    kernels are held below them (`ATEN_CPU_CAPABILITY`, `ONEDNN_MAX_CPU_ISA`: `make test-isa` runs the
+    code an AVX2 machine runs, and `auto` then picks what it would there)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX512", "AVX512_BF16", "AMX"):
+        return False
+    if os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper() not in _BF16_ISAS:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_precision(precision: PrecisionName = "auto", device: DeviceName = "auto") -> Precision:
+    """The `Precision` for a requested precision name and device."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        why = ("this torch is a CPU build" if torch.version.cuda is None
+               else f"this torch (CUDA {torch.version.cuda}) sees no GPU")
+        raise ConfigurationError(f"device cuda was asked for, but {why}; use backend.device=cpu (or auto).")
+    torch_device = torch.device(device)
+    if precision == "auto":
+        native = torch_device.type == "cuda" or cpu_has_native_bf16()
+        precision = "bfloat16" if native else "float32"
+    if precision == "float32":
+        return Precision(torch_device, None, torch.float32)
+    if precision == "bfloat16":
+        return Precision(torch_device, torch.bfloat16, torch.bfloat16)
+    raise ValueError(f"precision must be 'auto', 'float32' or 'bfloat16', got {precision!r}")
