@@ -272,7 +272,7 @@ def _backend(backend: BackendConfig | str | None, base_url: str | None, api_key:
 
 # -- registration with Inspect's model registry --------------------------------------------------
 # Inspect needs registry info on the ModelAPI *class* so that instances built directly (as in the
-# spec's `Model(api=InspectAPIFromTinkerSampling(...))`) can be named in logs; `modelapi_register`
+# Tinker docs' `Model(api=InspectAPIFromTinkerSampling(...))`) can be named in logs; `modelapi_register`
 # tags the class itself, whereas the public `@modelapi` decorator only tags instances it creates.
 # Inspect exports no public function that registers a class itself (`inspect_ai.model` exports only
 # `modelapi`; `inspect_ai.util` only reads the registry), so this one private import stays; the

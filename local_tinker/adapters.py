@@ -49,7 +49,7 @@ class LoraSpec:
 
 
 def target_modules(linear_names: set[str], spec: LoraSpec) -> list[str]:
-    """Leaf names of the `nn.Linear` modules the spec adapts (e.g. `q_proj`, `down_proj`, `lm_head`)."""
+    """Leaf names of the `nn.Linear` modules the adapter spec adapts (e.g. `q_proj`, `down_proj`, `lm_head`)."""
     wanted: list[str] = []
     if spec.train_attn:
         wanted += _ATTENTION_NAMES
@@ -92,7 +92,7 @@ class Adapters:
                    if path.rsplit(".", 1)[-1] in targets)
 
     def add(self, adapter: str, spec: LoraSpec) -> LoraSpec:
-        """Attach a fresh adapter (A random from `spec.seed`, B zero) and return the spec with its seed."""
+        """Attach a fresh adapter (A random from `spec.seed`, B zero) and return the adapter spec with its seed."""
         seed = spec.seed if spec.seed is not None else secrets.randbits(31)
         config = peft_config(self.linear_names, spec)
         with torch.random.fork_rng(devices=[]), warnings.catch_warnings():

@@ -1,4 +1,4 @@
-"""The spec's "Getting started" example on the embedded engine: teach SmolLM2 some Pig Latin.
+"""The Tinker docs' "Getting started" example on the embedded engine: teach SmolLM2 some Pig Latin.
 
 Run: `python -m recipes.quickstart` (add `backend=tinker model_name=...` to use the hosted API).
 It trains a LoRA adapter for 6 steps on 7 examples, printing the loss per token each step, then

@@ -1,6 +1,6 @@
 """The model registry: family, architecture dimensions, base or chat, and the renderers that match.
 
-Covers the Tinker lineup (spec page "Available Models"), SmolLM2-135M-Instruct (the local engine's
+Covers the Tinker lineup (the Tinker docs' page "Available Models"), SmolLM2-135M-Instruct (the local engine's
 real model) and the tiny random test models. Dimensions are those of each model's Hugging Face
 `config.json`; `recipes_lib.hyperparams` derives learning rates and LoRA sizes from them. Whether a
 model ends its turns as a chat model does is the engine's tokenizers' to tell (a test holds the
@@ -94,7 +94,7 @@ def _entries() -> list[ModelAttributes]:
         m("Qwen/Qwen3-8B", "qwen3", "hybrid", _THINKING, _QWEN3_8B),
         m("Qwen/Qwen3-8B-Base", "qwen3", "base", _BASE, _QWEN3_8B),
         m("Qwen/Qwen3-4B-Instruct-2507", "qwen3", "instruction", _QWEN_INSTRUCT, _QWEN3_4B),
-        # The spec lists the Llama-3.3 instruct model without "-Instruct"; the hub name is kept too.
+        # The Tinker docs list the Llama-3.3 instruct model without "-Instruct"; the hub name is kept too.
         m("meta-llama/Llama-3.3-70B", "llama3", "instruction", _LLAMA_CHAT, _LLAMA_3_70B),
         m("meta-llama/Llama-3.3-70B-Instruct", "llama3", "instruction", _LLAMA_CHAT, _LLAMA_3_70B),
         m("meta-llama/Llama-3.1-70B", "llama3", "base", _BASE, _LLAMA_3_70B),

@@ -29,6 +29,7 @@ same `optim_step`, and reference samplers evaluated once at the start.
 """
 
 import asyncio
+import importlib
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -56,6 +57,7 @@ from recipes_lib.lifecycle import eval_due, open_run, save_due, start_run
 from recipes_lib.logging import MultiplexLogger, log_samples
 from recipes_lib.run_config import RunConfig
 from recipes_lib.schedules import LRSchedule, lr_multiplier
+from rl import data as rl_data
 from rl.advantages import (
     AdvantageNormalization,
     LossAggregation,
@@ -68,7 +70,6 @@ from rl.data import TrainingBatch, loss_input, split_minibatches, with_advantage
 from rl.evaluators import RLTestSetEvaluator
 from rl.hooks import ExtraLoss, HooksFactory, ShapedBatch, TrainingHooks, mean_metrics
 from rl.metrics import compute_kl_sample_train, compute_trajectory_metrics
-from rl.processing import _remove_constant_reward_groups, _remove_mask, assemble_training_data  # noqa: F401 (spec)
 from rl.rollouts import RolloutError, RolloutLimits
 from rl.sources import GroupOutcome, GroupSource, OffPolicySource, OnPolicySource
 from rl.transcripts import console_summary, write_transcripts
@@ -474,7 +475,7 @@ async def _submit_minibatch(run: _Run, groups_P: list[TrajectoryGroup]) -> _Mini
     """Advantages -> datums (-> KL shaping) (-> the shaper hook) -> forward_backward, and any extra
     losses, submitted without waiting."""
     config = run.config
-    batch: TrainingBatch = assemble_training_data(groups_P, compute_advantages(groups_P, config.advantage_normalization))
+    batch = rl_data.assemble_training_data(groups_P, compute_advantages(groups_P, config.advantage_normalization))
     kl_policy_base = None
     if run.base_sampler is not None:
         batch, kl_policy_base = await _shape_with_kl(run.base_sampler, batch, config.kl_penalty_coef,
@@ -612,3 +613,14 @@ if __name__ == "__main__":
     from recipes_lib.cli import run_recipe
 
     run_recipe(main, chz.Blueprint(Config))
+
+
+COOKBOOK_NAMES = ("_remove_constant_reward_groups", "_remove_mask", "assemble_training_data")
+
+
+def __getattr__(name: str) -> Any:
+    """The reference cookbook imports its RL-loop steps from `rl.train`; they live in the alias module
+    `rl.processing` (the loop above does not use them), imported only when one is asked for."""
+    if name in COOKBOOK_NAMES:
+        return getattr(importlib.import_module("rl.processing"), name)
+    raise AttributeError(f"module 'rl.train' has no attribute {name!r}")

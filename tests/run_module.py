@@ -1,5 +1,5 @@
 """`python -m <module> <args>` run in the test process, through its `__main__` block (no interpreter
-start-up per command): the spec map, the docs' commands and the bad-input table use it."""
+start-up per command): the Tinker-name map (tests/test_spec_map.py), the docs' commands and the bad-input table use it."""
 
 import runpy
 import sys

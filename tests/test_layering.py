@@ -89,6 +89,103 @@ NAMED_TASKS: dict[str, str] = {
 }
 
 
+# The reference cookbook's module paths kept as aliases of ours (tests/test_spec_map.py imports them, and
+# the README's "Coming from tinker-cookbook" table names them), and the old names of moved commands. Each
+# holds re-exports only (imports, `__all__`, a lazy `__getattr__`, a `__main__` that runs the new command),
+# and no module of the project imports one: real code imports what an alias names, never the alias.
+COOKBOOK_ALIASES: dict[str, str] = {
+    "eval/evaluators.py": "tinker_cookbook.eval.evaluators: recipes_lib.evaluators",
+    "eval/inspect_evaluators.py": "tinker_cookbook.eval.inspect_evaluators: eval.inspect_evaluator",
+    "eval/inspect_utils.py": "tinker_cookbook.eval.inspect_utils: eval.inspect_bridge",
+    "preference/preference_datasets.py": "tinker_cookbook.preference.preference_datasets: preference.datasets",
+    "recipes_lib/checkpoint_utils.py": "tinker_cookbook.checkpoint_utils: recipes_lib.checkpoints",
+    "recipes_lib/hyperparam_utils.py": "tinker_cookbook.hyperparam_utils: recipes_lib.hyperparams",
+    "recipes_lib/tokenizer_utils.py": "tinker_cookbook.tokenizer_utils: recipes_lib.tokenizers",
+    "recipes_lib/utils/__init__.py": "tinker_cookbook.utils: its modules, below",
+    "recipes_lib/utils/format_colorized.py": "tinker_cookbook.utils.format_colorized: recipes_lib.display",
+    "recipes_lib/utils/misc_utils.py": "tinker_cookbook.utils.misc_utils: recipes_lib.timing",
+    "recipes_lib/utils/ml_log.py": "tinker_cookbook.utils.ml_log: recipes_lib.logging",
+    "rl/math_env.py": "tinker_cookbook.rl.math_env: recipes.math.math_env",
+    "rl/metric_util.py": "tinker_cookbook.rl.metric_util: rl.metrics",
+    "rl/processing.py": "the RL loop's steps as the cookbook's RL-loop page calls them (rl.train offers them lazily)",
+    "supervised/common.py": "tinker_cookbook.supervised.common: supervised.datums",
+    "supervised/data.py": "tinker_cookbook.supervised.data: supervised.datums and supervised.datasets",
+    "recipes/math_rl.py": "python -m recipes.math_rl: recipes/math/train.py",
+    "recipes_lib/server.py": "python -m recipes_lib.server: local_tinker.server",
+    "recipes_lib/bench.py": "python -m recipes_lib.bench: local_tinker.bench",
+}
+# The one kind of alias with code of its own: functions that only reshape ours to the cookbook's
+# calling convention.
+ALIAS_ADAPTERS = {"rl/processing.py"}
+# Real modules that may name an alias, lazily and by name only, for the cookbook's import of it.
+ALIAS_FORWARDS = {"rl/train.py": "rl.processing"}
+
+
+def is_alias_only(source: Path) -> bool:
+    """Whether a module's top level is a docstring, imports, `__all__`, a `__getattr__` and a `__main__` block."""
+    body = ast.parse(source.read_text()).body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return all(
+        isinstance(node, (ast.Import, ast.ImportFrom))
+        or (isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__all__"])
+        or (isinstance(node, ast.FunctionDef) and node.name == "__getattr__")
+        or (isinstance(node, ast.If) and "__main__" in ast.unparse(node.test))
+        for node in body
+    )
+
+
+def alias_imports(root: Path = REPO_ROOT) -> list[str]:
+    """Where a module that is not an alias imports (or names) one."""
+    aliases = {relative.removesuffix(".py").removesuffix("/__init__").replace("/", "."): relative
+               for relative in COOKBOOK_ALIASES}
+    found = []
+    for package in top_level_packages(root):
+        for source in sorted((root / package).rglob("*.py")):
+            relative = source.relative_to(root).as_posix()
+            if relative in COOKBOOK_ALIASES:
+                continue
+            for line, module in imported_modules(source, root) + from_imported_names(source) + named_modules(source):
+                if module in aliases and ALIAS_FORWARDS.get(relative) != module:
+                    found.append(f"{relative}:{line} imports {module}, an alias of the cookbook's names "
+                                 f"({COOKBOOK_ALIASES[aliases[module]]}): import the real module")
+    return found
+
+
+def from_imported_names(source: Path) -> list[tuple[int, str]]:
+    """(line, `pkg.name`) for each absolute `from pkg import name`: the name may be a module."""
+    return [(node.lineno, f"{node.module}.{alias.name}")
+            for node in ast.walk(ast.parse(source.read_text(), filename=str(source)))
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level for alias in node.names]
+
+
+def test_cookbook_aliases_hold_aliases_only() -> None:
+    missing = [relative for relative in COOKBOOK_ALIASES if not (REPO_ROOT / relative).is_file()]
+    assert not missing, f"listed in COOKBOOK_ALIASES but not in the repository: {missing}"
+    not_aliases = [relative for relative in COOKBOOK_ALIASES
+                   if relative not in ALIAS_ADAPTERS and not is_alias_only(REPO_ROOT / relative)]
+    assert not not_aliases, f"these cookbook-path modules hold code of their own; move it to a real module: {not_aliases}"
+
+
+def test_no_real_module_imports_a_cookbook_alias() -> None:
+    assert alias_imports() == []
+
+
+def test_the_alias_check_finds_an_import_of_an_alias(tmp_path: Path) -> None:
+    (tmp_path / "rl").mkdir()
+    (tmp_path / "rl" / "metric_util.py").write_text('"""Alias."""\nfrom rl.metrics import *  # noqa\n')
+    (tmp_path / "rl" / "metrics.py").write_text("X = 1\n")
+    (tmp_path / "rl" / "loop.py").write_text("def f():\n    from rl import metric_util\n")
+    (tmp_path / "rl" / "table.py").write_text('ENV = "rl.metric_util:X"\n')
+    assert alias_imports(tmp_path) == [
+        "rl/loop.py:2 imports rl.metric_util, an alias of the cookbook's names (tinker_cookbook.rl.metric_util: "
+        "rl.metrics): import the real module",
+        "rl/table.py:1 imports rl.metric_util, an alias of the cookbook's names (tinker_cookbook.rl.metric_util: "
+        "rl.metrics): import the real module",
+    ]
+    assert is_alias_only(tmp_path / "rl" / "metric_util.py") and not is_alias_only(tmp_path / "rl" / "metrics.py")
+
+
 def named_modules(source: Path) -> list[tuple[int, str]]:
     """(line, module) of modules a file names in strings: `"pkg.mod:Name"`, `import_module("pkg.mod")`."""
     tree = ast.parse(source.read_text(), filename=str(source))

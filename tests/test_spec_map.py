@@ -1,4 +1,4 @@
-"""Every module, name and command the spec shows under `tinker_cookbook.` exists under our names.
+"""Every module, name and command the Tinker docs show under `tinker_cookbook.` exists under our names.
 
 `tests/fixtures/spec_names.txt` lists what the two spec files (`tinker-docs.txt` and
 `tinker-skill-notes.diff.txt`) import, run with `python -m` and link to, one entry a line:
@@ -8,7 +8,7 @@
     module <module>          a module or file the text names or links to
 
 Each entry is mapped to our top level (`map_module`) and checked: the import statement runs, the
-command prints its `--help` (in this process, through `runpy`), the module imports. When the spec
+command prints its `--help` (in this process, through `runpy`), the module imports. When the docs
 files are at hand (`$RECIPES_SPEC_DIR`, else `<repo>/../shared/spec`), the list is also checked
 against them, so a spec update that names something new shows up here.
 """
@@ -106,7 +106,7 @@ def test_the_list_matches_the_spec() -> None:
             pytest.fail(message)
         pytest.skip(message)
     found = set().union(*(extract((spec_dir / name).read_text(encoding="utf-8")) for name in SPEC_FILES))
-    assert found == set(_entries()), "regenerate tests/fixtures/spec_names.txt from the spec (see extract)"
+    assert found == set(_entries()), "regenerate tests/fixtures/spec_names.txt from the Tinker docs (see extract)"
 
 
 @pytest.mark.parametrize("entry", [e for e in _entries() if e.startswith("from ")])

@@ -1,5 +1,5 @@
 # ruff: noqa: I001, UP035  (the Tinker docs' import layout, kept so the diff to the Tinker docs is imports only)
-"""The spec's `CustomEvaluator` example (page "Evaluations"), verbatim except its imports.
+"""The Tinker docs' `CustomEvaluator` example (page "Evaluations"), verbatim except its imports.
 
 Changed imports (the Tinker docs' line in each comment); the class body is the Tinker docs', unchanged.
 """

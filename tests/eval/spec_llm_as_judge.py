@@ -1,8 +1,8 @@
 # ruff: noqa: I001, UP035  (the Tinker docs' import layout, kept so the diff to the Tinker docs is imports only)
-"""The spec's LLM-as-judge Inspect task (page "Evaluations"), verbatim except imports and model names.
+"""The Tinker docs' LLM-as-judge Inspect task (page "Evaluations"), verbatim except imports and model names.
 
 Changed lines carry the Tinker docs' original in a comment: the two imports, and the model names (the
-spec's Llama-3.1-8B is not available offline; the tests use the tiny test model with its renderer).
+Tinker docs' Llama-3.1-8B is not available offline; the tests use the tiny test model with its renderer).
 """
 
 from local_tinker import clients as tinker  # import tinker

@@ -1,4 +1,4 @@
-"""The spec's CustomEvaluator and LLM-as-judge examples run on our classes with only imports (and
+"""The Tinker docs' CustomEvaluator and LLM-as-judge examples run on our classes with only imports (and
 model names) changed; our CustomEvaluator grades against known answers."""
 
 import asyncio
@@ -10,7 +10,7 @@ from eval.custom_evaluators import CustomEvaluator
 from recipes_lib.exceptions import DataFormatError
 from tests.eval.fakes import TINY, ScriptedSamplingClient
 
-# The spec's dataset and grader, as written there.
+# The Tinker docs' dataset and grader, as written there.
 QA_DATASET = [
     {"input": "What is the capital of France?", "output": "Paris"},
     {"input": "What is the capital of Germany?", "output": "Berlin"},
@@ -23,7 +23,7 @@ def grader_fn(response: str, target: str) -> bool:
 
 
 def test_spec_custom_evaluator_prints_its_accuracy_on_a_local_checkpoint(tiny_checkpoint, capsys) -> None:  # type: ignore[no-untyped-def]
-    """The spec's usage block; its model strings name the tiny model, and it opens our checkpoint."""
+    """The Tinker docs' usage block; its model strings name the tiny model, and it opens our checkpoint."""
     from tests.eval.spec_custom_evaluator import CustomEvaluator as SpecCustomEvaluator
     from tests.eval.spec_custom_evaluator import tinker
 

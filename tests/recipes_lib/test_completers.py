@@ -14,7 +14,7 @@ from recipes_lib.tokenizers import get_tokenizer
 from renderers import Message, get_renderer
 from renderers.completers import TinkerMessageCompleter
 
-# The spec's "Rendering" page: Qwen3's sampled answer, ending with <|im_end|>.
+# The Tinker docs' "Rendering" page: Qwen3's sampled answer, ending with <|im_end|>.
 SAMPLED = [45, 7741, 34651, 31410, 614, 4911, 76665, 11, 2670, 264, 7548, 11050, 22077, 1849, 323, 264, 1602,
            3347, 40761, 4379, 11, 892, 16792, 311, 862, 57119, 13, 151645]  # fmt: skip
 

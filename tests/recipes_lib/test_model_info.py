@@ -6,7 +6,7 @@ from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.model_info import get_model_attributes, get_recommended_renderer_name, known_model_names
 from renderers import get_registered_renderer_names
 
-# The spec's "Available Models" table: name -> training type.
+# The Tinker docs' "Available Models" table: name -> training type.
 LINEUP = {
     "Qwen/Qwen3-235B-A22B-Instruct-2507": "instruction",
     "Qwen/Qwen3-30B-A3B-Instruct-2507": "instruction",

@@ -1,4 +1,4 @@
-"""The spec's "Rendering" page, reproduced: prompt text, token ids, sampled-message parsing, stops.
+"""The Tinker docs' "Rendering" page, reproduced: prompt text, token ids, sampled-message parsing, stops.
 
 Expected values are copied from the page's printed output.
 """

@@ -154,7 +154,7 @@ def test_config_json_holds_the_resolved_values(finished_run: Path) -> None:
 
 
 def test_spec_sweep_snippet_runs_unchanged(finished_run: Path) -> None:
-    """The spec's "Sweep case study" collection code, verbatim apart from the glob folder."""
+    """The Tinker docs' "Sweep case study" collection code, verbatim apart from the glob folder."""
     import os
     from glob import glob
 
