@@ -104,18 +104,10 @@ class OnPolicySource:
     def expected_groups(self, step: int) -> int:
         return len(self.dataset.get_batch(step))
 
-    async def groups(self, step: int) -> AsyncIterator[GroupOutcome]:
+    def groups(self, step: int) -> AsyncIterator[GroupOutcome]:
         assert self._policy is not None and self._step == step, "set_policy(step, ...) must come first"
-        builders = self.dataset.get_batch(step)
-        tasks = [asyncio.ensure_future(roll_out(i, b, self._policy, step, self.tolerate_errors,
-                                                _group_seed(self.seed, step, i), self.limits))
-                 for i, b in enumerate(builders)]
-        try:
-            for finished in asyncio.as_completed(tasks):
-                yield await finished
-        finally:
-            for task in tasks:
-                task.cancel()
+        return _as_finished(_start_rollouts(self.dataset.get_batch(step), self._policy, step, step,
+                                            self.tolerate_errors, self.seed, self.limits))
 
     def take_metrics(self) -> dict[str, float]:
         return {}
@@ -167,23 +159,15 @@ class OffPolicySource:
     def _launch(self, step: int, policy: TokenCompleter, sampler_step: int) -> None:
         first = (step - self.start_step) * self.groups_per_batch
         builders = self.builders[first:first + self.groups_per_batch]
-        self._tasks[step] = [
-            asyncio.ensure_future(roll_out(i, b, policy, sampler_step, self.tolerate_errors,
-                                           _group_seed(self.seed, step, i), self.limits))
-            for i, b in enumerate(builders)]
+        self._tasks[step] = _start_rollouts(builders, policy, step, sampler_step, self.tolerate_errors, self.seed,
+                                            self.limits)
 
     def expected_groups(self, step: int) -> int:
         return self.groups_per_batch
 
-    async def groups(self, step: int) -> AsyncIterator[GroupOutcome]:
+    def groups(self, step: int) -> AsyncIterator[GroupOutcome]:
         assert step in self._tasks, f"the rollouts of step {step} were never started (set_policy first)"
-        tasks = self._tasks.pop(step)
-        try:
-            for finished in asyncio.as_completed(tasks):
-                yield await finished
-        finally:
-            for task in tasks:
-                task.cancel()
+        return _as_finished(self._tasks.pop(step))
 
     def take_metrics(self) -> dict[str, float]:
         return {}
@@ -194,6 +178,25 @@ class OffPolicySource:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _start_rollouts(builders: Sequence[EnvGroupBuilder], policy: TokenCompleter, step: int, sampler_step: int,
+                    tolerate_errors: bool, seed: int | None, limits: RolloutLimits | None
+                    ) -> list["asyncio.Task[GroupOutcome]"]:
+    """One task per group of `step`, sampled by `policy` (the weights of `sampler_step`)."""
+    return [asyncio.ensure_future(roll_out(i, builder, policy, sampler_step, tolerate_errors,
+                                           _group_seed(seed, step, i), limits))
+            for i, builder in enumerate(builders)]
+
+
+async def _as_finished(tasks: list["asyncio.Task[GroupOutcome]"]) -> AsyncIterator[GroupOutcome]:
+    """The groups in the order they finish; the rest are cancelled when the caller stops early."""
+    try:
+        for finished in asyncio.as_completed(tasks):
+            yield await finished
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 def _group_seed(seed: int | None, step: int, index: int) -> int | None:
