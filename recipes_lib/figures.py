@@ -1,7 +1,7 @@
 """The README's learning figures as a markdown table, read from the runs' `metrics.jsonl`.
 
     python -m recipes_lib.figures out=docs/figures.md runs=runs/reproduce/sl_basic,runs/reproduce/rl_basic \
-        metrics=test/exact_match,test/env/all/correct minutes=7.1,8.3
+        metrics=test/exact_match,test/env/all/correct minutes=7.1,8.3 tasks=recipes/number_words,recipes/arithmetic
 
 For each run the table gives a held-out metric's first logged value and its last (the evaluators run
 before the first step and after the last), how many steps the file has rows for (a final evaluation
@@ -9,15 +9,22 @@ may add one), the wall-clock minutes of the run,
 and the date the table was written. `scripts/reproduce.sh` runs the recipes and calls this; the
 README quotes its output. A run whose metric was never logged is an error naming the run and the
 metrics it did log, never a blank cell.
+
+With `tasks=` (one task folder per run) each folder's README gets the same rows, with the date and
+machine, between two markers (`MEASURED_BEGIN`, `MEASURED_END`) that the README must already hold; the
+text between them is replaced, the rest of the README is kept. `tool_report=` adds the tool-calculator
+recipe's `accuracies.json` to the table, and `tool_task=` to that folder's README the same way.
 """
 
 import datetime
+import json
 import math
 import os
 import platform
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import chz
 
@@ -94,6 +101,61 @@ def markdown_table(figures: Sequence[Figure], date: datetime.date, machine: str)
     return "\n".join(lines) + "\n"
 
 
+MEASURED_BEGIN = "<!-- measured: written by `make reproduce` (recipes_lib/figures.py); edits here are overwritten -->"
+MEASURED_END = "<!-- end of measured -->"
+
+def task_section(figures: Sequence[Figure], date: datetime.date, machine: str) -> str:
+    """A task README's measured block: the rows of its recipes, with the date and machine."""
+    lines = [f"Measured by `make reproduce` on {date.isoformat()}, on {machine}:", "",
+             "| recipe | held-out metric | before | after | steps logged | minutes |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {f.run} | `{f.metric}` | {_number(f.first)} | {_number(f.last)} | {f.steps} | {f.minutes:.1f} |"
+              for f in figures]
+    return "\n".join(lines)
+
+
+def tool_calculator_section(report: dict[str, Any], minutes: float, date: datetime.date, machine: str) -> str:
+    """The tool-calculator recipe's measured block, from its `accuracies.json`."""
+    greedy, sampled = report["accuracy"], report["sampled_accuracy"]
+
+    def percent(value: float) -> str:
+        return f"{100 * value:.1f} %"
+
+    return "\n".join([
+        f"Measured by `make reproduce` on {date.isoformat()}, on {machine}; {minutes:.1f} min for every stage:", "",
+        f"| held-out accuracy ({report['held_out_problems']} problems) | greedy | one sample at T=1 |",
+        "|---|---|---|",
+        f"| base model, no tools | {percent(greedy['without_tools'])} | |",
+        f"| base model, calculator offered | {percent(greedy['with_tools'])} | |",
+        f"| after the supervised warm-up | {percent(greedy['after_warmup'])} | {percent(sampled['after_warmup'])} |",
+        f"| after RL | {percent(greedy['after_rl'])} | {percent(sampled['after_rl'])} |",
+    ])
+
+
+def tool_calculator_line(report: dict[str, Any], minutes: float) -> str:
+    """The tool-calculator recipe's line under the figures table."""
+    greedy, sampled = report["accuracy"], report["sampled_accuracy"]
+    return (f"tool_calculator ({report['held_out_problems']} held-out problems, {minutes:.1f} min), greedy: "
+            f"no tools {greedy['without_tools']:.3g}, calculator offered {greedy['with_tools']:.3g}, "
+            f"after the warm-up {greedy['after_warmup']:.3g}, after RL {greedy['after_rl']:.3g}; "
+            f"sampled at T=1: after the warm-up {sampled['after_warmup']:.3g}, after RL {sampled['after_rl']:.3g}.")
+
+
+def replace_measured(readme: Path, section: str) -> None:
+    """Put `section` between the README's two markers (written whole, then renamed into place)."""
+    if not readme.is_file():
+        raise DataFormatError(f"{readme} does not exist: tasks= names task folders, each with a README.md.")
+    text = readme.read_text()
+    begin, end = text.find(MEASURED_BEGIN), text.find(MEASURED_END)
+    if begin < 0 or end < begin:
+        raise DataFormatError(f"{readme} has no measured block: add the lines {MEASURED_BEGIN!r} and "
+                              f"{MEASURED_END!r} where the figures go.")
+    updated = text[:begin + len(MEASURED_BEGIN)] + "\n" + section + "\n" + text[end:]
+    temporary = readme.with_name(readme.name + ".tmp")
+    temporary.write_text(updated)
+    temporary.replace(readme)
+
+
 @chz.chz
 class Config:
     # Run folders, comma-separated; each has a metrics.jsonl.
@@ -104,6 +166,13 @@ class Config:
     minutes: str
     # Where the markdown table goes.
     out: str = "docs/figures.md"
+    # Task folders, comma-separated, one per run: each README.md gets its runs' rows. Empty: none.
+    tasks: str = ""
+    # The tool-calculator recipe's accuracies.json, and its minutes. Empty: not reported.
+    tool_report: str = ""
+    tool_minutes: float = 0.0
+    # The tool-calculator task folder whose README.md gets tool_report's block. Empty: none.
+    tool_task: str = ""
 
 
 def _split(text: str) -> list[str]:
@@ -119,11 +188,36 @@ def main(config: Config) -> None:
         durations = [float(m) for m in minutes]
     except ValueError:
         raise DataFormatError(f"minutes={config.minutes!r}: expected comma-separated numbers.") from None
+    tasks = _split(config.tasks)
+    if tasks and len(tasks) != len(runs):
+        raise DataFormatError(f"tasks= needs one task folder per run; got {len(tasks)} for {len(runs)} runs.")
     figures = [figure(Path(run), metric, m) for run, metric, m in zip(runs, metrics, durations)]
+    date, machine = datetime.date.today(), describe_machine()
+    table = markdown_table(figures, date, machine)
+    report = _tool_report(Path(config.tool_report)) if config.tool_report else None
+    if report is not None:
+        table += "\n" + tool_calculator_line(report, config.tool_minutes) + "\n"
     out = Path(config.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(markdown_table(figures, datetime.date.today(), describe_machine()))
+    out.write_text(table)
+    for task in dict.fromkeys(tasks):
+        replace_measured(Path(task) / "README.md",
+                         task_section([f for f, t in zip(figures, tasks) if t == task], date, machine))
+    if report is not None and config.tool_task:
+        replace_measured(Path(config.tool_task) / "README.md",
+                         tool_calculator_section(report, config.tool_minutes, date, machine))
     print(out.read_text(), end="")
+
+
+def _tool_report(path: Path) -> dict[str, Any]:
+    try:
+        report = json.loads(path.read_text())
+        _ = (report["held_out_problems"], report["accuracy"]["after_rl"], report["sampled_accuracy"]["after_rl"])
+    except FileNotFoundError:
+        raise DataFormatError(f"{path} does not exist: is it a finished tool_calculator run's accuracies.json?") from None
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise DataFormatError(f"{path}: not a tool_calculator accuracies.json ({type(exc).__name__}: {exc}).") from None
+    return dict(report)
 
 
 if __name__ == "__main__":

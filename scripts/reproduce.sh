@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The README's learning figures: runs each recipe on SmolLM2 with its defaults, one after another,
-# then writes the table the README quotes (metric first -> last, steps, minutes, the date).
+# then writes the table the README quotes (metric first -> last, steps, minutes, the date) and each
+# task folder's measured block (recipes/<task>/README.md, with the machine).
 #
 #   scripts/reproduce.sh [OUT_DIR]   # or `make reproduce`; runs into OUT_DIR (default runs/reproduce),
-#                                    # the table to $TABLE (default docs/figures.md)
+#                                    # the table to $TABLE (default docs/figures.md); READMES=0 leaves
+#                                    # the task folders' READMEs as they are
 #
 #   recipe                       metric (held-out)        README says
 #   recipes.sl_basic             test/exact_match         0 % -> >90 %, ~7 min
@@ -15,7 +17,7 @@
 # The table records how long each took. Every run starts fresh (behavior_if_log_dir_exists=delete).
 # Extra key=value overrides per recipe, for a quick check of the script itself (not the figures):
 #   SL_ARGS="max_steps=2 eval_every=1" RL_ARGS="max_steps=2 eval_every=1" DPO_ARGS="max_steps=2" \
-#   PD_ARGS="max_steps=2" TC_ARGS="max_steps=2 test_size=4" TABLE=/tmp/figures.md scripts/reproduce.sh /tmp/repro
+#   PD_ARGS="max_steps=2" TC_ARGS="max_steps=2 test_size=4" TABLE=/tmp/figures.md READMES=0 scripts/reproduce.sh /tmp/repro
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -57,19 +59,13 @@ tc_start=$(date +%s.%N)
 "$PYTHON" -m recipes.tool_calculator.train log_path="$OUT/tool_calculator" behavior_if_log_dir_exists=delete ${TC_ARGS:-}
 tc_minutes=$(awk -v s="$tc_start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.2f", (e - s) / 60 }')
 
+# The task folders of the four runs, in order, and the tool-calculator folder; READMES=0 writes none.
+readmes=(tasks=recipes/number_words,recipes/arithmetic,recipes/arithmetic,recipes/prompt_distillation
+         tool_task=recipes/tool_calculator)
+[ "${READMES:-1}" = 1 ] || readmes=(tasks= tool_task=)
 IFS=,
 "$PYTHON" -m recipes_lib.figures out="$TABLE" \
     runs="$OUT/sl_basic,$OUT/rl_basic,$OUT/dpo_basic,$OUT/prompt_distillation" \
     metrics="test/exact_match,test/env/all/correct,test/accuracy,test/teacher_agreement" \
-    minutes="${minutes[*]}"
-"$PYTHON" - "$OUT/tool_calculator/accuracies.json" "$tc_minutes" "$TABLE" <<'PY'
-import json, sys
-report, minutes, table = json.load(open(sys.argv[1])), float(sys.argv[2]), sys.argv[3]
-greedy, sampled = report["accuracy"], report["sampled_accuracy"]
-with open(table, "a") as out:
-    out.write(f"\ntool_calculator ({report['held_out_problems']} held-out problems, {minutes:.1f} min), greedy: "
-              f"no tools {greedy['without_tools']:.3g}, calculator offered {greedy['with_tools']:.3g}, "
-              f"after the warm-up {greedy['after_warmup']:.3g}, after RL {greedy['after_rl']:.3g}; "
-              f"sampled at T=1: after the warm-up {sampled['after_warmup']:.3g}, after RL {sampled['after_rl']:.3g}.\n")
-print(open(table).read().splitlines()[-1])
-PY
+    minutes="${minutes[*]}" tool_report="$OUT/tool_calculator/accuracies.json" tool_minutes="$tc_minutes" \
+    "${readmes[@]}"
