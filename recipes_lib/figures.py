@@ -43,6 +43,7 @@ class Figure:
     last: float
     steps: int
     minutes: float
+    precision: str = "not recorded"  # the run's backend.precision, from its config.json
 
 
 def figure(run_dir: Path, metric: str, minutes: float) -> Figure:
@@ -56,7 +57,17 @@ def figure(run_dir: Path, metric: str, minutes: float) -> Figure:
         raise DataFormatError(f"{run_dir / 'metrics.jsonl'}: no value of {metric!r} in {len(rows)} rows; "
                               f"logged metrics: {logged}")
     steps = len({row["step"] for row in rows})
-    return Figure(run=run_dir.name, metric=metric, first=values[0], last=values[-1], steps=steps, minutes=minutes)
+    return Figure(run=run_dir.name, metric=metric, first=values[0], last=values[-1], steps=steps, minutes=minutes,
+                  precision=run_precision(run_dir))
+
+
+def run_precision(run_dir: Path) -> str:
+    """The engine precision a run asked for (`backend.precision` in its config.json), as written there."""
+    try:
+        precision = json.loads((run_dir / "config.json").read_text())["backend"]["precision"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "not recorded"
+    return str(precision)
 
 
 def _number(value: float) -> str:
@@ -93,11 +104,10 @@ def markdown_table(figures: Sequence[Figure], date: datetime.date, machine: str)
         "",
         f"Produced by `scripts/reproduce.sh` on {date.isoformat()}, on {machine}.",
         "",
-        "| run | metric | first | last | steps logged | minutes |",
-        "|---|---|---|---|---|---|",
+        "| run | metric | first | last | steps logged | minutes | precision |",
+        "|---|---|---|---|---|---|---|",
     ]
-    lines += [f"| {f.run} | `{f.metric}` | {_number(f.first)} | {_number(f.last)} | {f.steps} | {f.minutes:.1f} |"
-              for f in figures]
+    lines += [_row(f) for f in figures]
     return "\n".join(lines) + "\n"
 
 
@@ -107,14 +117,19 @@ MEASURED_END = "<!-- end of measured -->"
 def task_section(figures: Sequence[Figure], date: datetime.date, machine: str) -> str:
     """A task README's measured block: the rows of its recipes, with the date and machine."""
     lines = [f"Measured by `make reproduce` on {date.isoformat()}, on {machine}:", "",
-             "| recipe | held-out metric | before | after | steps logged | minutes |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {f.run} | `{f.metric}` | {_number(f.first)} | {_number(f.last)} | {f.steps} | {f.minutes:.1f} |"
-              for f in figures]
+             "| recipe | held-out metric | before | after | steps logged | minutes | precision |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [_row(f) for f in figures]
     return "\n".join(lines)
 
 
-def tool_calculator_section(report: dict[str, Any], minutes: float, date: datetime.date, machine: str) -> str:
+def _row(f: Figure) -> str:
+    return (f"| {f.run} | `{f.metric}` | {_number(f.first)} | {_number(f.last)} | {f.steps} | {f.minutes:.1f} "
+            f"| {f.precision} |")
+
+
+def tool_calculator_section(report: dict[str, Any], minutes: float, date: datetime.date, machine: str,
+                            precision: str = "not recorded") -> str:
     """The tool-calculator recipe's measured block, from its `accuracies.json`."""
     greedy, sampled = report["accuracy"], report["sampled_accuracy"]
 
@@ -122,7 +137,8 @@ def tool_calculator_section(report: dict[str, Any], minutes: float, date: dateti
         return f"{100 * value:.1f} %"
 
     return "\n".join([
-        f"Measured by `make reproduce` on {date.isoformat()}, on {machine}; {minutes:.1f} min for every stage:", "",
+        f"Measured by `make reproduce` on {date.isoformat()}, on {machine}; this recipe runs {precision}; "
+        f"{minutes:.1f} min for every stage:", "",
         f"| held-out accuracy ({report['held_out_problems']} problems) | greedy | one sample at T=1 |",
         "|---|---|---|",
         f"| base model, no tools | {percent(greedy['without_tools'])} | |",
@@ -205,7 +221,8 @@ def main(config: Config) -> None:
                          task_section([f for f, t in zip(figures, tasks) if t == task], date, machine))
     if report is not None and config.tool_task:
         replace_measured(Path(config.tool_task) / "README.md",
-                         tool_calculator_section(report, config.tool_minutes, date, machine))
+                         tool_calculator_section(report, config.tool_minutes, date, machine,
+                                                 run_precision(Path(config.tool_report).parent / "rl")))
     print(out.read_text(), end="")
 
 

@@ -27,7 +27,7 @@ RUN = REPO_ROOT / "tests" / "fixtures" / "figures" / "sl_run"
 
 def test_first_and_last_logged_values_and_steps() -> None:
     assert figure(RUN, "test/exact_match", 7.25) == Figure(
-        run="sl_run", metric="test/exact_match", first=0.0, last=0.9375, steps=3, minutes=7.25)
+        run="sl_run", metric="test/exact_match", first=0.0, last=0.9375, steps=3, minutes=7.25)  # no config.json
     assert figure(RUN, "train_mean_nll", 1.0).first == 2.5
 
 
@@ -37,9 +37,9 @@ def test_the_table_quotes_values_minutes_and_the_date() -> None:
         "# Learning figures", "", "```bash", "make reproduce", "```", "",
         "Produced by `scripts/reproduce.sh` on 2026-11-30, on a CPU.",
         "",
-        "| run | metric | first | last | steps logged | minutes |",
-        "|---|---|---|---|---|---|",
-        "| sl_run | `test/exact_match` | 0 | 0.938 | 3 | 7.2 |",
+        "| run | metric | first | last | steps logged | minutes | precision |",
+        "|---|---|---|---|---|---|---|",
+        "| sl_run | `test/exact_match` | 0 | 0.938 | 3 | 7.2 | not recorded |",
     ]
 
 
@@ -53,11 +53,12 @@ def test_a_metric_never_logged_is_an_error_naming_the_run(tmp_path: Path) -> Non
 def test_main_writes_the_table(tmp_path: Path) -> None:
     run = tmp_path / "runs" / "sl_basic"
     shutil.copytree(RUN, run)
+    (run / "config.json").write_text(json.dumps({"backend": {"kind": "local", "precision": "float32"}}))
     out = tmp_path / "docs" / "figures.md"
     main(Config(runs=f"{run},{run}", metrics="test/exact_match,test/nll", minutes="7.25,7.25", out=str(out)))
     rows = out.read_text().splitlines()[10:]
-    assert rows == ["| sl_basic | `test/exact_match` | 0 | 0.938 | 3 | 7.2 |",
-                    "| sl_basic | `test/nll` | 3.1 | 0.2 | 3 | 7.2 |"]
+    assert rows == ["| sl_basic | `test/exact_match` | 0 | 0.938 | 3 | 7.2 | float32 |",
+                    "| sl_basic | `test/nll` | 3.1 | 0.2 | 3 | 7.2 | float32 |"]
     with pytest.raises(DataFormatError, match="one entry per run"):
         main(Config(runs=str(run), metrics="a,b", minutes="1", out=str(out)))
 
@@ -84,7 +85,9 @@ def test_main_writes_each_task_readmes_measured_block_and_keeps_the_rest(tmp_pat
     shutil.copytree(RUN, run)
     words = _readme(tmp_path / "number_words", f"# Words\n\nintro\n{MEASURED_BEGIN}\nold figures\n{MEASURED_END}\nafter\n")
     tools = _readme(tmp_path / "tools", f"# Tools\n{MEASURED_BEGIN}\n{MEASURED_END}\n")
-    report = tmp_path / "accuracies.json"
+    report = tmp_path / "tool_run" / "accuracies.json"
+    (report.parent / "rl").mkdir(parents=True)
+    (report.parent / "rl" / "config.json").write_text(json.dumps({"backend": {"precision": "float32"}}))
     report.write_text(json.dumps(REPORT))
     out = tmp_path / "figures.md"
     main(Config(runs=f"{run},{run}", metrics="test/exact_match,test/nll", minutes="7.25,1", out=str(out),
@@ -92,13 +95,13 @@ def test_main_writes_each_task_readmes_measured_block_and_keeps_the_rest(tmp_pat
                 tool_task=str(tools.parent)))
     text = words.read_text()
     assert text.startswith(f"# Words\n\nintro\n{MEASURED_BEGIN}\nMeasured by `make reproduce` on ")
-    assert text.endswith("| recipe | held-out metric | before | after | steps logged | minutes |\n|---|---|---|---|---|---|\n"
-                         "| sl_basic | `test/exact_match` | 0 | 0.938 | 3 | 7.2 |\n| sl_basic | `test/nll` | 3.1 | 0.2 | 3 | 1.0 |\n"
-                         f"{MEASURED_END}\nafter\n")
+    assert text.endswith("| recipe | held-out metric | before | after | steps logged | minutes | precision |\n"
+                         "|---|---|---|---|---|---|---|\n| sl_basic | `test/exact_match` | 0 | 0.938 | 3 | 7.2 | not recorded |\n"
+                         f"| sl_basic | `test/nll` | 3.1 | 0.2 | 3 | 1.0 | not recorded |\n{MEASURED_END}\nafter\n")
     assert "old figures" not in text and "`auto` precision" in text
     tool_text = tools.read_text()
     assert "| base model, calculator offered | 1.6 % | |\n" in tool_text
-    assert "| after RL | 100.0 % | 89.1 % |\n" in tool_text and "14.4 min for every stage" in tool_text
+    assert "| after RL | 100.0 % | 89.1 % |\n" in tool_text and "this recipe runs float32; 14.4 min for every stage" in tool_text
     assert out.read_text().splitlines()[-1].startswith("tool_calculator (64 held-out problems, 14.4 min), greedy: no tools 0,")
     main(Config(runs=str(run), metrics="test/exact_match", minutes="2", out=str(out), tasks=str(words.parent)))
     assert words.read_text().count(MEASURED_BEGIN) == 1 and "| 2.0 |" in words.read_text()  # rewritten, not added
