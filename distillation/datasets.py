@@ -27,7 +27,6 @@ from rl.types import (
     StepResult,
     StopCondition,
 )
-from supervised.number_words import SYSTEM_PROMPT, prompt_messages, split_numbers
 
 
 class PromptDataset:
@@ -58,23 +57,6 @@ class PromptDatasetBuilder:
 
     def __call__(self) -> PromptDataset:
         raise NotImplementedError
-
-
-@chz.chz
-class NumberWordsPromptsBuilder(PromptDatasetBuilder):
-    """"Write <n> in words." for the training numbers of `supervised.number_words` (the held-out
-    numbers of the same `num_heldout` and `seed` are never asked, so the exact-match evaluator
-    measures what the student generalised)."""
-
-    # Prompts in all (steps = num_prompts // batch_size).
-    num_prompts: int = 1024
-    num_heldout: int = 48
-    seed: int = 0
-    system_prompt: str | None = SYSTEM_PROMPT
-
-    def __call__(self) -> PromptDataset:
-        numbers = split_numbers(self.num_prompts, self.num_heldout, self.seed).train_N
-        return PromptDataset([prompt_messages(n, self.system_prompt) for n in numbers], self.batch_size)
 
 
 class PromptEnv(Env):

@@ -24,10 +24,10 @@ import chz
 from chz.blueprint import Castable, Reference
 
 from recipes.number_words.evaluator import NumberWordsExactMatchBuilder
+from recipes.number_words.task import SYSTEM_PROMPT
 from recipes_lib.cli import run_recipe
 from recipes_lib.paths import SMOLLM2_NAME
 from supervised import train, train_cli
-from supervised.number_words import SYSTEM_PROMPT
 
 RUN = {"log_path": "/tmp/recipes-examples/sl_basic", "model_name": SMOLLM2_NAME, "lr_schedule": "linear",
        "save_every": 100}

@@ -62,15 +62,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def one_torch_thread(request: pytest.FixtureRequest) -> Iterator[None]:
     """Tiny models run on one torch thread: at their size more threads only add synchronisation,
     and make each step 10-20x slower when other work shares the cores. `slow` tests (the real
-    SmolLM2) keep every thread."""
+    SmolLM2) take their worker's share of the cores."""
     import torch
 
     threads = torch.get_num_threads()
     if not request.node.get_closest_marker("slow"):
         torch.set_num_threads(1)
+    else:
+        torch.set_num_threads(_threads_per_worker(threads))
     _engine_threads(torch.get_num_threads())
     yield
     torch.set_num_threads(threads)
+
+
+def _threads_per_worker(threads: int) -> int:
+    """A `slow` test's share of the cores: all of them alone, one each when pytest-xdist runs as many
+    workers as there are cores (two threads per worker there would ask for twice the cores, and the
+    OpenMP teams then wait on each other)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, min(threads, (os.cpu_count() or 1) // workers))
 
 
 def _engine_threads(count: int) -> None:

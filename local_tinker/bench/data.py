@@ -2,7 +2,7 @@
 
 - `random_batch`: 8 rows of 129 random token ids, the last `loss_fraction` of the 128 targets weighted;
 - `number_words_batch`: 8 number-to-words chats in SmolLM2's ChatML template, loss on the answer
-  (its words and the end-of-turn token), as `supervised.number_words` builds them with the
+  (its words and the end-of-turn token), as `recipes.number_words.task` builds them with the
   default `TrainOnWhat` (the layers keep `recipes_lib` from importing `eval`/`renderers`, so the
   few lines are repeated here; tests/bench/test_data.py checks they agree token for token).
 """
@@ -56,7 +56,7 @@ def random_batch(rows: int = 8, length: int = 128, loss_fraction: float = 1.0, s
 
 
 def number_to_words(n: int) -> str:
-    """`n` (1..9999) in American English words, as `supervised.number_words.number_to_words` writes it."""
+    """`n` (1..9999) in American English words, as `recipes.number_words.task.number_to_words` writes it."""
     thousands, rest = divmod(n, 1000)
     hundreds, below = divmod(rest, 100)
     words = [f"{_ONES[thousands]} thousand"] if thousands else []

@@ -27,12 +27,12 @@ import chz
 from chz.blueprint import Reference
 
 from distillation import train
-from distillation.datasets import NumberWordsPromptsBuilder
 from recipes.number_words.evaluator import NumberWordsExactMatchBuilder
+from recipes.number_words.prompts import NumberWordsPromptsBuilder
+from recipes.number_words.task import SYSTEM_PROMPT
 from recipes_lib.cli import run_recipe
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.paths import SMOLLM2_NAME
-from supervised.number_words import SYSTEM_PROMPT
 
 LOG_PATH = "/tmp/recipes-examples/distillation_on_policy"
 DEMO_RUN = "runs/demo"

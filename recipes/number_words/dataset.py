@@ -2,9 +2,9 @@
 
 import chz
 
+from recipes.number_words.task import HELDOUT_MAGNITUDES, SYSTEM_PROMPT, conversation, split_numbers
 from recipes_lib.exceptions import ConfigurationError
 from supervised.datums import conversation_to_datum
-from supervised.number_words import HELDOUT_MAGNITUDES, SYSTEM_PROMPT, conversation, split_numbers
 from supervised.types import ChatDatasetBuilder, DatumListDataset
 
 

@@ -3,10 +3,10 @@
 import chz
 
 from eval.sampling import ExactMatchEvaluator
+from recipes.number_words.task import SYSTEM_PROMPT, heldout_examples, split_numbers
 from recipes_lib.model_info import resolve_renderer_name
 from recipes_lib.tokenizers import get_tokenizer
 from renderers import get_renderer
-from supervised.number_words import SYSTEM_PROMPT, heldout_examples, split_numbers
 
 
 @chz.chz

@@ -17,8 +17,8 @@ from inspect_ai.solver import generate
 
 from eval.tasks.scorers import exact_answer
 from recipes.number_words.evaluator import NumberWordsExactMatchBuilder
+from recipes.number_words.task import heldout_examples, split_numbers
 from recipes_lib.exceptions import ConfigurationError
-from supervised.number_words import heldout_examples, split_numbers
 
 # The inline evaluator's sampling budget, read from its default so the two cannot drift apart.
 MAX_TOKENS = NumberWordsExactMatchBuilder(model_name="unused").max_tokens

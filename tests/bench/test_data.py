@@ -11,9 +11,9 @@ from local_tinker.bench.data import (
     random_batch,
 )
 from local_tinker.bench.data import number_to_words as bench_number_to_words
+from recipes.number_words.task import SYSTEM_PROMPT, conversation, number_to_words
 from renderers import get_renderer
 from supervised.datums import conversation_to_datum
-from supervised.number_words import SYSTEM_PROMPT, conversation, number_to_words
 
 
 def test_number_to_words_is_the_tasks() -> None:
@@ -21,7 +21,7 @@ def test_number_to_words_is_the_tasks() -> None:
 
 
 def test_number_words_chats_are_the_supervised_datums(tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
-    """Token for token and weight for weight what `supervised.number_words` trains on (loss on the answer)."""
+    """Token for token and weight for weight what `recipes.number_words.task` trains on (loss on the answer)."""
     renderer = get_renderer("smollm2", tiny_tokenizer)
     numbers = bench_numbers()
     for n, datum in zip(numbers, number_words_batch(tiny_tokenizer, numbers).datums(), strict=True):

@@ -11,12 +11,12 @@ from distillation import train
 from distillation.advantages import teacher_kl
 from distillation.data import completion_from_datum, completion_to_datum, forward_kl_data, teacher_targets_T
 from recipes.distillation import on_policy
+from recipes.number_words.task import SYSTEM_PROMPT
 from recipes_lib.argv import config_from_argv
 from recipes_lib.checkpoints import load_checkpoints, save_checkpoint
 from recipes_lib.exceptions import ConfigurationError
 from recipes_lib.logging import read_metrics
 from recipes_lib.run_folder import last_sampler_path, read_run_settings
-from supervised.number_words import SYSTEM_PROMPT
 from tests.lora_training import train_on_tokens
 
 TINY = ["model_name=recipes/tiny-llama", "backend.precision=float32", "max_steps=2", "max_tokens=4",

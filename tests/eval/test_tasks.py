@@ -16,8 +16,8 @@ from eval.tasks.scorers import exact_answer, final_integer, last_integer
 from recipes.arithmetic.inspect_task import arithmetic
 from recipes.number_words.evaluator import NumberWordsExactMatchBuilder
 from recipes.number_words.inspect_task import number_to_words
+from recipes.number_words.task import heldout_examples, split_numbers
 from recipes_lib.exceptions import ConfigurationError
-from supervised.number_words import heldout_examples, split_numbers
 from tests.eval.fakes import ScriptedSamplingClient
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from recipes.number_words.dataset import NumberWordsBuilder
 from recipes.number_words.evaluator import NumberWordsExactMatchBuilder
-from supervised.number_words import conversation, number_to_words, split_numbers
+from recipes.number_words.task import conversation, number_to_words, split_numbers
 from supervised.types import ChatDatasetBuilderCommonConfig
 
 

@@ -16,10 +16,9 @@ held-out numbers are disjoint. Training numbers are drawn with the four magnitud
 they measure memory, not the rule. (A first run of this recipe, with them held out, lost 11
 and 13, answering "teneen".)
 
-The rest of the task (its SFT dataset builder, exact-match evaluator and Inspect task) lives in
-`recipes/number_words/`. These pure functions stay below the pipelines only because
-`distillation.datasets.NumberWordsPromptsBuilder` reads them; they follow it into the task folder
-when that builder moves there.
+The task's data as pure functions: the numbers, their words, the split and the prompts. The SFT
+dataset builder (`dataset.py`), the distillation prompts (`prompts.py`), the exact-match evaluator
+and the Inspect task build on them.
 """
 
 from collections.abc import Sequence
