@@ -9,7 +9,7 @@ test set.
     dataset_builder=FromConversationFileBuilder dataset_builder.file_path=example_data/conversations.jsonl
     dataset_builder=HuggingFaceChatBuilder dataset_builder.path=HuggingFaceH4/no_robots
 
-(The synthetic number-to-words builder is in `recipes.number_words.task`.)
+(The synthetic number-to-words builder is `recipes.number_words.dataset.NumberWordsBuilder`.)
 """
 
 import logging

@@ -2,8 +2,8 @@
 
 - `random_batch`: 8 rows of 129 random token ids, the last `loss_fraction` of the 128 targets weighted;
 - `number_words_batch`: 8 number-to-words chats in SmolLM2's ChatML template, loss on the answer
-  (its words and the end-of-turn token), as `recipes.number_words.task` builds them with the
-  default `TrainOnWhat` (the layers keep `recipes_lib` from importing `eval`/`renderers`, so the
+  (its words and the end-of-turn token), as `recipes.number_words.dataset` builds them with the
+  default `TrainOnWhat` (the engine imports nothing from the cookbook, so the
   few lines are repeated here; tests/bench/test_data.py checks they agree token for token).
 """
 

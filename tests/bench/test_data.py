@@ -21,7 +21,7 @@ def test_number_to_words_is_the_tasks() -> None:
 
 
 def test_number_words_chats_are_the_supervised_datums(tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
-    """Token for token and weight for weight what `recipes.number_words.task` trains on (loss on the answer)."""
+    """Token for token and weight for weight what `recipes.number_words.dataset` trains on (loss on the answer)."""
     renderer = get_renderer("smollm2", tiny_tokenizer)
     numbers = bench_numbers()
     for n, datum in zip(numbers, number_words_batch(tiny_tokenizer, numbers).datums(), strict=True):
