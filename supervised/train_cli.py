@@ -62,6 +62,12 @@ def build_config() -> chz.Blueprint[Config]:
     })
 
 
+# The presets of `dataset=<file>.jsonl` (a file is small: more epochs, frequent evaluations) and of
+# `dataset=<owner>/<name>`; keys given on the command line override them.
+FILE_PRESET = {"dataset.test_size": 8, "dataset.common_config.batch_size": 8, "num_epochs": 3, "eval_every": 4}
+HUB_PRESET = {"dataset.common_config.batch_size": 32, "num_epochs": 1, "eval_every": 20}
+
+
 def own_data_arguments(argv: Sequence[str]) -> tuple[dict[str, Any] | None, list[str]]:
     """The keys a `dataset=<file>.jsonl` or `dataset=<owner>/<name>` argument stands for (None when
     `dataset=` is absent or a name of the table), and the other arguments."""
@@ -70,15 +76,17 @@ def own_data_arguments(argv: Sequence[str]) -> tuple[dict[str, Any] | None, list
     if not own:
         return None, rest
     value = own[-1].removeprefix("dataset=")
-    if value.endswith(".jsonl") or Path(value).is_file():
-        return {"dataset": Castable("jsonl"), "dataset.file_path": value, "dataset.test_size": 8,
-                "dataset.common_config.batch_size": 8, "num_epochs": 3, "eval_every": 4}, rest
-    return {"dataset": Castable("hub"), "dataset.path": value, "dataset.common_config.batch_size": 32,
-            "num_epochs": 1, "eval_every": 20}, rest
+    if _is_file(value):
+        return {"dataset": Castable("jsonl"), "dataset.file_path": value, **FILE_PRESET}, rest
+    return {"dataset": Castable("hub"), "dataset.path": value, **HUB_PRESET}, rest
+
+
+def _is_file(value: str) -> bool:
+    return value.endswith(".jsonl") or Path(value).is_file()
 
 
 def _is_own_data(value: str) -> bool:
-    return value.endswith(".jsonl") or Path(value).is_file() or ("/" in value and ":" not in value)
+    return _is_file(value) or ("/" in value and ":" not in value)
 
 
 def main(config: Config) -> None:
