@@ -20,6 +20,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from local_tinker import storage
+from local_tinker.lora_linear import fuse_training_forward
 
 LORA_ALPHA = 32  # fixed, so the adapter scale is alpha/rank and the best LR does not move with rank
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -104,6 +105,7 @@ class Adapters:
             else:
                 self.peft_model.add_adapter(adapter, config)
         self._keep_input_dtype()
+        fuse_training_forward(self.peft_model)
         return LoraSpec(**{**spec.to_json(), "seed": seed})  # type: ignore[arg-type]
 
     def _keep_input_dtype(self) -> None:

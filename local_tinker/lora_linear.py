@@ -1,0 +1,56 @@
+"""A LoRA Linear's training forward in fp32 with its scale and its add inside the B matmul.
+
+peft computes an adapted Linear as `base(x) + B(A(x)) * scale`: the multiply and the add each
+pass over the whole `[tokens x out]` output, and the backward pass multiplies that output's
+gradient by the scale once more. Here the scale multiplies `x @ A^T` (`[tokens x rank]`, a few
+dozen columns) and the add is the matmul's own accumulation: `addmm(x @ W^T + b, s * (x @ A^T), B^T)`.
+The same function, rounded in another order: so it runs only where fp32 rounding is all that
+differs (no autocast) and only with gradients on (`forward_backward`). Scoring and sampling keep
+peft's forward, which the fused decode step's reference layout repeats op for op
+(`projections.py`), so sampler and scorer still agree bit for bit.
+"""
+
+import types
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from peft.tuners.lora.layer import Linear as LoraLinear
+from torch import nn
+
+
+def fuse_training_forward(model: nn.Module) -> None:
+    """Give each of `model`'s peft LoRA Linears the fused training forward (an instance attribute,
+    set once per module; modules peft adds with a later adapter get it on the next call)."""
+    for module in model.modules():
+        if isinstance(module, LoraLinear) and "forward" not in vars(module):
+            module.forward = types.MethodType(_forward, module)  # type: ignore[method-assign]
+
+
+def _forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    adapter = _plain_fp32_adapter(self, x, args, kwargs)
+    if adapter is None:
+        return LoraLinear.forward(self, x, *args, **kwargs)
+    base: nn.Linear = self.base_layer
+    rows_N_I = x.reshape(-1, x.shape[-1])
+    base_N_O = F.linear(rows_N_I, base.weight, base.bias)
+    low_N_R = F.linear(rows_N_I, self.lora_A[adapter].weight) * self.scaling[adapter]
+    out_N_O = torch.addmm(base_N_O, low_N_R, self.lora_B[adapter].weight.t())
+    return out_N_O.view(*x.shape[:-1], out_N_O.shape[-1])
+
+
+def _plain_fp32_adapter(self: Any, x: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The one active vanilla LoRA adapter when the fused forward applies here, else None."""
+    if not torch.is_grad_enabled() or args or kwargs or self.disable_adapters or self.merged:
+        return None
+    if len(self.active_adapters) != 1 or torch.is_autocast_enabled(x.device.type):
+        return None
+    adapter = self.active_adapters[0]
+    if adapter not in self.lora_A or adapter in self.lora_variant or not isinstance(self.base_layer, nn.Linear):
+        return None
+    weights = (x, self.base_layer.weight, self.lora_A[adapter].weight, self.lora_B[adapter].weight)
+    if any(t.dtype != torch.float32 for t in weights) or not isinstance(self.lora_dropout[adapter], nn.Identity):
+        return None
+    if self.lora_B[adapter].bias is not None:
+        return None
+    return adapter

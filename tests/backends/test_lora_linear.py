@@ -1,0 +1,101 @@
+"""The fused fp32 LoRA training forward computes peft's function and gradients, and only where it should."""
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+from peft.tuners.lora.layer import Linear as LoraLinear
+from torch import nn
+
+from local_tinker import lora_linear
+from local_tinker.lora_linear import fuse_training_forward
+
+
+class _TwoLinears(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(12, 20, bias=True)
+        self.down = nn.Linear(20, 12, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.tanh(self.up(x)))
+
+
+def _adapted(dtype: torch.dtype = torch.float32) -> nn.Module:
+    torch.manual_seed(0)
+    model = get_peft_model(_TwoLinears().to(dtype), LoraConfig(r=4, lora_alpha=8, target_modules=["up", "down"]))
+    for name, param in model.named_parameters():
+        if "lora_B" in name:  # peft starts B at zero: give the delta something to say
+            nn.init.normal_(param, std=0.5)
+    return model
+
+
+def _output_and_grads(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    model.zero_grad()
+    out = model(x)
+    (out.float() ** 2).sum().backward()
+    return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _count_fused(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    taken: list[str] = []
+    plain = lora_linear._plain_fp32_adapter  # noqa: SLF001
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        adapter = plain(*args, **kwargs)
+        if adapter is not None:
+            taken.append(adapter)
+        return adapter
+
+    monkeypatch.setattr(lora_linear, "_plain_fp32_adapter", spy)
+    return taken
+
+
+def test_the_fused_forward_gives_pefts_outputs_and_gradients_in_fp32(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.randn(2, 5, 12)
+    reference_out, reference_grads = _output_and_grads(_adapted(), x)
+    model = _adapted()
+    fuse_training_forward(model)
+    taken = _count_fused(monkeypatch)
+    out, grads = _output_and_grads(model, x)
+    assert taken == ["default", "default"]  # both Linears, once each
+    torch.testing.assert_close(out, reference_out, rtol=1e-5, atol=1e-5)
+    assert grads.keys() == reference_grads.keys() and any("lora_A" in n for n in grads)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, reference_grads[name], rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_without_gradients_it_is_pefts_forward_bit_for_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scoring and sampling: the same bits as peft's own forward, which the fused decode step repeats."""
+    x = torch.randn(3, 12)
+    model = _adapted()
+    with torch.no_grad():
+        reference = model(x)
+        fuse_training_forward(model)
+        taken = _count_fused(monkeypatch)
+        assert torch.equal(model(x), reference)
+    assert taken == []
+
+
+@pytest.mark.parametrize("where", ["bf16 weights", "autocast", "disabled adapter"])
+def test_elsewhere_it_leaves_peft_to_compute(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _adapted(torch.bfloat16 if where == "bf16 weights" else torch.float32)
+    fuse_training_forward(model)
+    taken = _count_fused(monkeypatch)
+    x = torch.randn(3, 12, dtype=torch.bfloat16 if where == "bf16 weights" else torch.float32)
+    if where == "autocast":
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(x)
+    elif where == "disabled adapter":
+        with model.disable_adapter():
+            model(x)
+    else:
+        model(x)
+    assert taken == []
+
+
+def test_a_later_adapters_modules_get_it_too() -> None:
+    model = _adapted()
+    fuse_training_forward(model)
+    model.add_adapter("second", LoraConfig(r=2, lora_alpha=2, target_modules=["up"]))
+    fuse_training_forward(model)
+    assert all("forward" in vars(m) for m in model.modules() if isinstance(m, LoraLinear))
