@@ -1,5 +1,7 @@
 """The fused fp32 LoRA training forward computes peft's function and gradients, and only where it should."""
 
+from typing import Any
+
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
@@ -20,7 +22,7 @@ class _TwoLinears(nn.Module):
         return self.down(torch.tanh(self.up(x)))
 
 
-def _adapted(dtype: torch.dtype = torch.float32) -> nn.Module:
+def _adapted(dtype: torch.dtype = torch.float32) -> Any:
     torch.manual_seed(0)
     model = get_peft_model(_TwoLinears().to(dtype), LoraConfig(r=4, lora_alpha=8, target_modules=["up", "down"]))
     for name, param in model.named_parameters():
