@@ -33,6 +33,7 @@ from torch.utils.checkpoint import checkpoint
 
 from local_tinker.activations import without_remaking
 from local_tinker.batch import PreparedDatum, micro_batches, pad_right_tokens
+from local_tinker.budget import machine_memory_bytes
 from local_tinker.logits import OutputHead
 from local_tinker.losses import (
     ENGINE_INPUTS,
@@ -53,9 +54,14 @@ from local_tinker.precision import Precision
 LOGIT_CHUNK_ROWS = 64
 MAX_MICROBATCH_TOKENS = 8192  # without gradients (scoring, `forward`): activations are not kept
 # With gradients, a micro-batch's activations live until its backward, and glibc's heap about
-# doubles them in resident memory. The CPU budget trades some speed for memory (a laptop runs other
-# things too; docs/findings.md has the readings). A GPU's memory is its own, and it wants large batches.
-ACTIVATION_BUDGET_BYTES = {"cpu": 256 * 2**20, "cuda": 8 * 2**30}
+# doubles them in resident memory; every further micro-batch streams the weights again. A GPU's
+# memory is its own, and it wants large batches. On a CPU the budget is a share of the machine's
+# memory (or its container's), within bounds: a laptop runs other things too. It is read from the
+# machine's total, not from what is free at the moment, so that a run and its resumed rerun split
+# their batches the same way (the same sums in the same order). A "cpu" entry here overrides it.
+ACTIVATION_BUDGET_BYTES = {"cuda": 8 * 2**30}
+CPU_BUDGET_SHARE = 1 / 16
+CPU_BUDGET_BOUNDS = (256 * 2**20, 768 * 2**20)
 
 CustomLoss = Callable[[list, list[torch.Tensor]], tuple[torch.Tensor, dict[str, float]]]
 
@@ -226,7 +232,16 @@ class ActivationCost:
 
 
 def activation_budget(precision: Precision) -> int:
+    """Bytes of activations a micro-batch with gradients may keep on `precision`'s device."""
+    if precision.device.type == "cpu" and "cpu" not in ACTIVATION_BUDGET_BYTES:
+        return cpu_activation_budget(machine_memory_bytes())
     return ACTIVATION_BUDGET_BYTES.get(precision.device.type, ACTIVATION_BUDGET_BYTES["cuda"])
+
+
+def cpu_activation_budget(machine_bytes: int | None) -> int:
+    """`CPU_BUDGET_SHARE` of the machine's memory within `CPU_BUDGET_BOUNDS` (the lower bound where unknown)."""
+    low, high = CPU_BUDGET_BOUNDS
+    return low if machine_bytes is None else int(min(high, max(low, machine_bytes * CPU_BUDGET_SHARE)))
 
 
 def max_backward_tokens(model: nn.Module, precision: Precision) -> int:

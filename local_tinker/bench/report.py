@@ -12,6 +12,15 @@ TRL_WORKLOADS = {"number_words": "number-to-words chats, batch 8, loss on the an
 # int8 (plus one float scale per row and fp32 norms: 1.06 bytes per parameter measured on the tiny model).
 BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "int8": 1}
 CT2_INT8 = "int8"
+# The speed goals (docs/speed.md): a figure of `derive`'s per-precision output, its target, and whether
+# higher or lower meets it. The RL batch's target is 1.5x faster than its 2.61 s of 2026-12-01.
+GOALS = (("train_vs_peft_loop", 1.3, "min", "training / plain peft loop, 8x128"),
+         ("trl_number_words.engine_vs_trl_best", 1.5, "min", "training / best TRL, number-words chats"),
+         ("trl_random_8x128.engine_vs_trl_best", 1.5, "min", "training / best TRL, 8x128"),
+         ("train_frac_of_matmuls", 0.85, "min", "training / its matmuls alone"),
+         ("sample_8_prompts_frac_of_matmuls", 0.80, "min", "sampling 8x64 / decode matmuls alone"),
+         ("sample_lora_frac_of_matmuls", 0.80, "min", "LoRA-snapshot sampling / decode matmuls alone"),
+         ("rl_batch_s", 2.61 / 1.5, "max", "RL batch 8x4, seconds"))
 
 
 @dataclass
@@ -81,6 +90,8 @@ def derive(groups: list[GroupResult]) -> dict[str, dict[str, Any]]:
         if matmuls is not None:
             out |= {"decode_matmuls_tok_s": matmuls, "decode_matmuls_frac_of_bound": matmuls / bound}
             out["sample_8_prompts_frac_of_matmuls"] = _ratio(row.get("sample_8_prompts_tok_s"), matmuls)
+            out["sample_lora_frac_of_matmuls"] = _ratio(row.get("sample_lora_tok_s"), matmuls)
+        out["rl_batch_s"] = row.get("rl_batch_s")
         out["train_vs_peft_loop"] = _ratio(row.get("train_tok_s"), row.get("peer_train_tok_s"))
         out["sample_vs_hf_generate"] = _ratio(row.get("sample_8_prompts_tok_s"), row.get("peer_sample_tok_s"))
         out |= _ct2_comparison(row, precision, machine["bandwidth_gb_s"], params, bound)
@@ -91,7 +102,21 @@ def derive(groups: list[GroupResult]) -> dict[str, dict[str, Any]]:
             if f"engine_{workload}_tok_s" in row:
                 out[f"trl_{workload}"] = _trl_comparison(row, workload, flops, peak)
         derived[precision] = {key: value for key, value in out.items() if value is not None}
+        derived[precision]["goals"] = goals(derived[precision])
     return derived
+
+
+def goals(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each of `GOALS` that `out` (one precision's derived figures) measured: figure, target, met."""
+    found = []
+    for key, target, sense, label in GOALS:
+        value: Any = out
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None:
+            met = value >= target if sense == "min" else value <= target
+            found.append({"goal": key, "label": label, "value": value, "target": target, "sense": sense, "met": met})
+    return found
 
 
 def _ct2_comparison(row: dict[str, float], precision: PrecisionName, bandwidth_gb_s: float, params: float,
@@ -147,7 +172,7 @@ def format_table(groups: list[GroupResult], descriptions: dict[str, str]) -> str
     for precision, out in derived.items():
         row = {k: v for g in groups if g.precision == precision for k, v in g.figures.items()}
         lines += [f"\n[{precision}]", *_engine_lines(row, out), *_ct2_lines(row, out, precision),
-                  *_trl_lines(out, descriptions)]
+                  *_trl_lines(out, descriptions), *_goal_lines(out["goals"])]
     notes = [f"  {g.name}: {note}" for g in groups for note in g.notes]
     lines += ["\nnotes:", *notes] if notes else []
     lines += ["\npeak RSS per workload (own process):"]
@@ -192,6 +217,15 @@ def _engine_lines(row: dict[str, float], out: dict[str, Any]) -> list[str]:
                               "server_sample_vs_in_process")):
         suffix = " in-process" if key.startswith("server") else ""
         lines += _line(label, row.get(key), extra=f" -> ours{suffix} {out[ours]:.2f}x" if ours in out else "")
+    return lines
+
+
+def _goal_lines(found: list[dict[str, Any]]) -> list[str]:
+    lines = ["  goals (docs/speed.md):"] if found else []
+    for goal in found:
+        sign = ">=" if goal["sense"] == "min" else "<="
+        lines.append(f"    {goal['label']:48s}: {goal['value']:6.2f}  target {sign} {goal['target']:.2f}  "
+                     + ("met" if goal["met"] else "NOT met"))
     return lines
 
 

@@ -83,5 +83,18 @@ def test_backward_micro_batches_fit_the_activation_budget() -> None:
     per_token = config.num_hidden_layers * (9 * config.hidden_size + 3 * config.intermediate_size) * 4  # fp32
     from local_tinker import trainer as trainer_module
 
-    expected = min(trainer_module.MAX_MICROBATCH_TOKENS, trainer_module.ACTIVATION_BUDGET_BYTES["cpu"] // per_token)
+    from local_tinker.budget import machine_memory_bytes
+
+    total = machine_memory_bytes()
+    budget = 256 * 2**20 if total is None else min(768 * 2**20, max(256 * 2**20, total // 16))
+    expected = min(trainer_module.MAX_MICROBATCH_TOKENS, budget // per_token)
     assert max_backward_tokens(base.model, base.precision) == expected
+
+
+@pytest.mark.parametrize(("machine_gib", "budget_mib"), [(None, 256), (2, 256), (4, 256), (8, 512), (12, 768),
+                                                         (24, 768), (128, 768)])
+def test_the_cpu_activation_budget_is_a_sixteenth_of_the_machine_within_bounds(machine_gib: int | None,
+                                                                                 budget_mib: int) -> None:
+    from local_tinker.trainer import cpu_activation_budget
+
+    assert cpu_activation_budget(None if machine_gib is None else machine_gib * 2**30) == budget_mib * 2**20

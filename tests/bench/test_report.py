@@ -99,3 +99,23 @@ def test_table_names_the_best_setting_the_ratios_and_the_memory() -> None:
     assert "0.80 s/batch" not in table and "2.50 s/batch" in table
     assert "trl/float32: TRL rows skipped: trl is not" in table
     assert "trl/bfloat16" in table and "2000 MB" in table and "in-process, not measured" in table
+
+
+def test_each_goal_is_printed_beside_its_target() -> None:
+    found = {goal["goal"]: goal for goal in derive(groups())["bfloat16"]["goals"]}
+    # hand-computed from the figures above: 500/250, 600/300, 700/350, 500/800, 200/300, 100/300, 2.5 s
+    expected = {"train_vs_peft_loop": (2.0, True), "trl_number_words.engine_vs_trl_best": (2.0, True),
+                "trl_random_8x128.engine_vs_trl_best": (2.0, True), "train_frac_of_matmuls": (0.625, False),
+                "sample_8_prompts_frac_of_matmuls": (2 / 3, False), "sample_lora_frac_of_matmuls": (1 / 3, False),
+                "rl_batch_s": (2.5, False)}
+    assert {key: (pytest.approx(goal["value"]), goal["met"]) for key, goal in found.items()} == expected
+    assert found["rl_batch_s"]["target"] == pytest.approx(1.74)
+    table = format_table(groups(), {})
+    assert "training / plain peft loop, 8x128" in table and "2.00  target >= 1.30  met" in table
+    assert "RL batch 8x4, seconds" in table and "2.50  target <= 1.74  NOT met" in table
+
+
+def test_a_goal_not_measured_is_left_out() -> None:
+    fewer = [g for g in groups() if g.kind not in ("trl", "rl_batch")]
+    assert {goal["goal"] for goal in derive(fewer)["bfloat16"]["goals"]} == {
+        "train_vs_peft_loop", "train_frac_of_matmuls", "sample_8_prompts_frac_of_matmuls", "sample_lora_frac_of_matmuls"}
