@@ -82,7 +82,6 @@ def test_backward_micro_batches_fit_the_activation_budget() -> None:
     config = base.model.config
     per_token = config.num_hidden_layers * (9 * config.hidden_size + 3 * config.intermediate_size) * 4  # fp32
     from local_tinker import trainer as trainer_module
-
     from local_tinker.budget import machine_memory_bytes
 
     total = machine_memory_bytes()
