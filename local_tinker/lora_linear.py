@@ -8,6 +8,10 @@ The same function, rounded in another order: so it runs only where fp32 rounding
 differs (no autocast) and only with gradients on (`forward_backward`). Scoring and sampling keep
 peft's forward, which the fused decode step's reference layout repeats op for op
 (`projections.py`), so sampler and scorer still agree bit for bit.
+
+Elsewhere (bf16 under autocast, and scoring and sampling in any precision), an adapter whose scale
+is exactly 1 (rank = alpha: the engine's default rank 32) skips peft's multiply by it, which
+changes no bit: `x * 1.0` is `x`.
 """
 
 import types
@@ -30,7 +34,8 @@ def fuse_training_forward(model: nn.Module) -> None:
 def _forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     adapter = _plain_fp32_adapter(self, x, args, kwargs)
     if adapter is None:
-        return LoraLinear.forward(self, x, *args, **kwargs)
+        adapter = _unscaled_adapter(self, args, kwargs)
+        return LoraLinear.forward(self, x, *args, **kwargs) if adapter is None else _without_scale(self, x, adapter)
     base: nn.Linear = self.base_layer
     rows_N_I = x.reshape(-1, x.shape[-1])
     base_N_O = F.linear(rows_N_I, base.weight, base.bias)
@@ -39,18 +44,37 @@ def _forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Ten
     return out_N_O.view(*x.shape[:-1], out_N_O.shape[-1])
 
 
-def _plain_fp32_adapter(self: Any, x: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-    """The one active vanilla LoRA adapter when the fused forward applies here, else None."""
-    if not torch.is_grad_enabled() or args or kwargs or self.disable_adapters or self.merged:
-        return None
-    if len(self.active_adapters) != 1 or torch.is_autocast_enabled(x.device.type):
+def _without_scale(self: Any, x: torch.Tensor, adapter: str) -> torch.Tensor:
+    """peft's forward with its multiply by a scale of 1 left out: the same bits, one pass fewer each way."""
+    result = self.base_layer(x)
+    lora_a, lora_b = self.lora_A[adapter], self.lora_B[adapter]
+    return (result + lora_b(lora_a(self._cast_input_dtype(x, lora_a.weight.dtype)))).to(result.dtype)
+
+
+def _vanilla_adapter(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The one active adapter when it is a plain LoRA (no dropout, bias, variant or merge), else None."""
+    if args or kwargs or self.disable_adapters or self.merged or len(self.active_adapters) != 1:
         return None
     adapter = self.active_adapters[0]
     if adapter not in self.lora_A or adapter in self.lora_variant or not isinstance(self.base_layer, nn.Linear):
         return None
-    weights = (x, self.base_layer.weight, self.lora_A[adapter].weight, self.lora_B[adapter].weight)
-    if any(t.dtype != torch.float32 for t in weights) or not isinstance(self.lora_dropout[adapter], nn.Identity):
-        return None
-    if self.lora_B[adapter].bias is not None:
+    if not isinstance(self.lora_dropout[adapter], nn.Identity) or self.lora_B[adapter].bias is not None:
         return None
     return adapter
+
+
+def _unscaled_adapter(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The plain adapter when its scale is exactly 1 (rank = alpha, the engine's default rank 32)."""
+    adapter = _vanilla_adapter(self, args, kwargs)
+    return adapter if adapter is not None and self.scaling[adapter] == 1.0 else None
+
+
+def _plain_fp32_adapter(self: Any, x: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The plain adapter when the fused fp32 training forward applies here, else None."""
+    if not torch.is_grad_enabled() or torch.is_autocast_enabled(x.device.type):
+        return None
+    adapter = _vanilla_adapter(self, args, kwargs)
+    if adapter is None:
+        return None
+    weights = (x, self.base_layer.weight, self.lora_A[adapter].weight, self.lora_B[adapter].weight)
+    return adapter if all(t.dtype == torch.float32 for t in weights) else None

@@ -22,9 +22,9 @@ class _TwoLinears(nn.Module):
         return self.down(torch.tanh(self.up(x)))
 
 
-def _adapted(dtype: torch.dtype = torch.float32) -> Any:
+def _adapted(dtype: torch.dtype = torch.float32, alpha: int = 8) -> Any:
     torch.manual_seed(0)
-    model = get_peft_model(_TwoLinears().to(dtype), LoraConfig(r=4, lora_alpha=8, target_modules=["up", "down"]))
+    model = get_peft_model(_TwoLinears().to(dtype), LoraConfig(r=4, lora_alpha=alpha, target_modules=["up", "down"]))
     for name, param in model.named_parameters():
         if "lora_B" in name:  # peft starts B at zero: give the delta something to say
             nn.init.normal_(param, std=0.5)
@@ -101,3 +101,41 @@ def test_a_later_adapters_modules_get_it_too() -> None:
     model.add_adapter("second", LoraConfig(r=2, lora_alpha=2, target_modules=["up"]))
     fuse_training_forward(model)
     assert all("forward" in vars(m) for m in model.modules() if isinstance(m, LoraLinear))
+
+
+def _count_unscaled(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    taken: list[str] = []
+    plain = lora_linear._unscaled_adapter  # noqa: SLF001
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        adapter = plain(*args, **kwargs)
+        if adapter is not None:
+            taken.append(adapter)
+        return adapter
+
+    monkeypatch.setattr(lora_linear, "_unscaled_adapter", spy)
+    return taken
+
+
+@pytest.mark.parametrize("where", ["bf16 autocast", "bf16 weights", "fp32 without gradients"])
+def test_a_scale_of_one_is_left_out_with_pefts_bits_and_gradients(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank = alpha (scale 1): peft's forward without its multiply by one, bit for bit, gradients too."""
+    dtype = torch.bfloat16 if where == "bf16 weights" else torch.float32
+    x = torch.randn(2, 5, 12, dtype=dtype)
+    runs: list[tuple[torch.Tensor, dict[str, torch.Tensor], list[str]]] = []
+    for fused in (False, True):
+        model = _adapted(dtype, alpha=4)
+        taken = _count_unscaled(monkeypatch)
+        if fused:
+            fuse_training_forward(model)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=where == "bf16 autocast"):
+            if where == "fp32 without gradients":
+                with torch.no_grad():
+                    runs.append((model(x), {}, taken))
+            else:
+                runs.append((*_output_and_grads(model, x), taken))
+    (reference, reference_grads, _), (out, grads, taken) = runs
+    assert taken == ["default", "default"]
+    assert torch.equal(out, reference)
+    assert grads.keys() == reference_grads.keys()
+    assert all(torch.equal(grad, reference_grads[name]) for name, grad in grads.items())
