@@ -38,18 +38,23 @@ def _output_and_grads(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, 
     return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def _count_fused(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def _spy(monkeypatch: pytest.MonkeyPatch, check: str) -> list[str]:
+    """The adapters for which `lora_linear.<check>` said yes (the path it guards was taken)."""
     taken: list[str] = []
-    plain = lora_linear._plain_fp32_adapter  # noqa: SLF001
+    real = getattr(lora_linear, check)
 
     def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
-        adapter = plain(*args, **kwargs)
+        adapter = real(*args, **kwargs)
         if adapter is not None:
             taken.append(adapter)
         return adapter
 
-    monkeypatch.setattr(lora_linear, "_plain_fp32_adapter", spy)
+    monkeypatch.setattr(lora_linear, check, spy)
     return taken
+
+
+def _count_fused(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    return _spy(monkeypatch, "_plain_fp32_adapter")
 
 
 def test_the_fused_forward_gives_pefts_outputs_and_gradients_in_fp32(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -104,17 +109,7 @@ def test_a_later_adapters_modules_get_it_too() -> None:
 
 
 def _count_unscaled(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    taken: list[str] = []
-    plain = lora_linear._unscaled_adapter  # noqa: SLF001
-
-    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
-        adapter = plain(*args, **kwargs)
-        if adapter is not None:
-            taken.append(adapter)
-        return adapter
-
-    monkeypatch.setattr(lora_linear, "_unscaled_adapter", spy)
-    return taken
+    return _spy(monkeypatch, "_unscaled_adapter")
 
 
 @pytest.mark.parametrize("where", ["bf16 autocast", "bf16 weights", "fp32 without gradients"])
