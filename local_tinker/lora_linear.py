@@ -32,10 +32,15 @@ def fuse_training_forward(model: nn.Module) -> None:
 
 
 def _forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    adapter = _plain_fp32_adapter(self, x, args, kwargs)
-    if adapter is None:
-        adapter = _unscaled_adapter(self, args, kwargs)
-        return LoraLinear.forward(self, x, *args, **kwargs) if adapter is None else _without_scale(self, x, adapter)
+    if (adapter := _plain_fp32_adapter(self, x, args, kwargs)) is not None:
+        return _scale_inside_addmm(self, x, adapter)
+    if (adapter := _unscaled_adapter(self, args, kwargs)) is not None:
+        return _without_scale(self, x, adapter)
+    return LoraLinear.forward(self, x, *args, **kwargs)
+
+
+def _scale_inside_addmm(self: Any, x: torch.Tensor, adapter: str) -> torch.Tensor:
+    """`addmm(x @ W^T + b, s * (x @ A^T), B^T)`: peft's function, rounded in another order (fp32 only)."""
     base: nn.Linear = self.base_layer
     rows_N_I = x.reshape(-1, x.shape[-1])
     base_N_O = F.linear(rows_N_I, base.weight, base.bias)
