@@ -65,6 +65,10 @@ LOWER_IS_BETTER = ("nll", "loss", "kl")
 # metrics.png is redrawn at an evaluation only once the run has gone on for 1 / DRAW_SHARE times as
 # long as the last drawing took, so drawing holds a run up by at most DRAW_SHARE.
 DRAW_SHARE = 0.05
+# What a drawing is taken to cost before the first one: a run first draws at its first evaluation past
+# FIRST_DRAWING_S / DRAW_SHARE seconds, not at step 0, where one point shows nothing and a run of a few
+# seconds would spend most of them drawing. The end always draws.
+FIRST_DRAWING_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -230,7 +234,7 @@ class RunReport:
         self._report_written = False
         self._undrawn_rows = 0
         self._drawn_at = self._started
-        self._drawing_seconds = 0.0  # of the last drawing
+        self._drawing_seconds = FIRST_DRAWING_S  # of the last drawing
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
         self._undrawn_rows += 1

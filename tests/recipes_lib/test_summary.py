@@ -84,7 +84,8 @@ def test_paths_with_spaces_are_quoted_and_no_checkpoint_means_no_chat(tmp_path: 
 def test_report_draws_at_evaluations_while_drawing_stays_a_small_share_and_at_the_end(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On a fake clock where each drawing takes 0.5 s, an evaluation redraws once 0.5 / DRAW_SHARE = 10 s
-    have passed since the last drawing; the end draws whatever was logged since."""
+    have passed since the last drawing (since the start before the first: FIRST_DRAWING_S is 0.5 s too);
+    the end draws whatever was logged since."""
     clock = [0.0]
     monkeypatch.setattr(summary, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     draw = summary.write_plot
@@ -94,17 +95,21 @@ def test_report_draws_at_evaluations_while_drawing_stays_a_small_share_and_at_th
         return draw(log_path)
 
     monkeypatch.setattr(summary, "write_plot", slow_draw)
-    assert summary.DRAW_SHARE == 0.05
+    assert summary.DRAW_SHARE == 0.05 and summary.FIRST_DRAWING_S == 0.5
     folder = _run_folder(tmp_path / "run", rows=[])
     png = folder / "metrics.png"
     buffer = io.StringIO()
-    report = RunReport(folder, total_steps=5, console=Console(file=buffer, width=80))
-    rows = [*ROWS, {"step": 4, "train_mean_nll": 0.5, "learning_rate": 1e-4, "num_tokens": 100}]
-    # steps 0, 2 and 3 are evaluations: 0 draws; 2 comes 0 s after a 0.5 s drawing; 3 comes 10 s after it
-    drawn = {0: True, 1: False, 2: False, 3: True, 4: False}
+    report = RunReport(folder, total_steps=6, console=Console(file=buffer, width=80))
+    evaluation = {"test/nll": 0.4, "test/exact_match": 0.75, "time/eval": 1.0}
+    rows = [*ROWS, {"step": 4, "train_mean_nll": 0.5, "learning_rate": 1e-4, "num_tokens": 100, **evaluation},
+            {"step": 5, "train_mean_nll": 0.5, "learning_rate": 1e-4, "num_tokens": 100}]
+    # steps 0, 2, 3 and 4 are evaluations: 0 comes at the start; 2 comes 10 s in; 3 comes 0 s after a
+    # 0.5 s drawing; 4 comes 10 s after it
+    seconds_before = {0: 0.0, 1: 0.0, 2: 10.0, 3: 0.0, 4: 10.0, 5: 0.0}
+    drawn = {0: False, 1: False, 2: True, 3: False, 4: True, 5: False}
     written = ""
     for row in rows:
-        clock[0] += 10.0 if row["step"] == 3 else 0.0
+        clock[0] += seconds_before[int(row["step"])]
         png.unlink(missing_ok=True)
         written += json.dumps(row) + "\n"
         (folder / "metrics.jsonl").write_text(written)  # what JsonlLogger does before the report sees the row
@@ -112,7 +117,7 @@ def test_report_draws_at_evaluations_while_drawing_stays_a_small_share_and_at_th
         assert png.exists() == drawn[int(row["step"])], row["step"]
     report.close()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # and at the end, holding the last step
-    assert report.summary is not None and report.summary.steps == 5 and report.summary.tokens == 500
+    assert report.summary is not None and report.summary.steps == 6 and report.summary.tokens == 600
     assert buffer.getvalue() == render(report.summary) + "\n"
     assert f"curves            {png} (loss (NLL per token), held-out exact match, learning rate)" in buffer.getvalue()
 
