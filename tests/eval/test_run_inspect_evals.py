@@ -1,15 +1,11 @@
 """`python -m eval.run_inspect_evals`: a checkpoint evaluated into a table and Inspect logs, and clear
 errors for an unknown task, a missing checkpoint and a renderer that does not fit the model."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from eval.run_inspect_evals import Config, main
 from recipes_lib.exceptions import CheckpointError, ConfigurationError, RendererError
+from tests.run_module import run_as_main
 
 MISSING = "local://run-000000000000/sampler_weights/missing"
 
@@ -37,13 +33,11 @@ def test_a_missing_checkpoint_and_a_mismatched_renderer_are_named(tiny_checkpoin
         main(Config(tasks=["qa"], model_path=tiny_checkpoint, renderer_name="llama3"))
 
 
-def test_the_command_exits_2_with_the_message() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "eval.run_inspect_evals", "tasks=qa", f"model_path={MISSING}"],
-        capture_output=True, text=True, cwd=Path(__file__).parents[2], env=os.environ.copy(), timeout=120,
-    )
-    assert result.returncode == 2
-    assert result.stderr.startswith(f"error: Checkpoint {MISSING} does not exist")
+def test_the_command_exits_2_with_the_message(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code = run_as_main("eval.run_inspect_evals", ["tasks=qa", f"model_path={MISSING}"], monkeypatch)
+    assert code == 2
+    assert capsys.readouterr().err.startswith(f"error: Checkpoint {MISSING} does not exist")
 
 
 def test_a_hosted_checkpoint_needs_an_api_key(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
