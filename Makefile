@@ -24,7 +24,7 @@ demo: setup
 	$(BIN)/python -m recipes.sl_basic log_path=runs/demo behavior_if_log_dir_exists=delete
 
 # Two workers, a test file each at a time (its module fixtures built once): the tiny-model tests run
-# on one thread each (tests/conftest.py), so this uses both cores. 8 min -> 5 min here.
+# on one thread each (tests/conftest.py), so this uses both cores (docs/testing.md: how long it takes).
 test: setup
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
