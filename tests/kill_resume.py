@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from recipes_lib.checkpoints import load_checkpoints
+from tests import forked
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,8 +21,8 @@ REPO = Path(__file__).resolve().parents[1]
 def start(module: str, argv: Sequence[str]) -> subprocess.Popen[bytes]:
     """`python -m <module> <argv>` from the repository root, on one thread like the in-process tests."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", module, *argv], env=env, cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return forked.popen([sys.executable, "-m", module, *argv], env=env, cwd=REPO,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def metrics(log_path: Path) -> list[dict[str, Any]]:

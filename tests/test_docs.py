@@ -13,12 +13,12 @@ import contextlib
 import io
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests import forked
 from tests.run_module import run_as_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,7 +96,7 @@ def test_the_readme_python_example_runs_as_shown(tmp_path: Path) -> None:
     [example] = _blocks(ROOT / "README.md", ("python",))
     script = tmp_path / "example.py"
     script.write_text(example)
-    run = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    run = forked.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.splitlines()
     losses = [float(line.split()[1]) for line in lines[:4]]

@@ -43,6 +43,7 @@ from rl import train
 from rl.dataset import ListRLDataset, RepeatedEnvGroupBuilder
 from rl.rollouts import RolloutError, RolloutLimits, do_single_rollout
 from rl.types import Action, Env, Observation, RLDataset, StepResult, StopCondition
+from tests import forked
 from tests.lora_training import train_on_tokens
 from tests.rl.fakes import EchoEnv, FakeDatasetBuilder, NanRewardEnv, ScriptedCompleter, dataset_of, ints
 
@@ -208,7 +209,7 @@ def test_l24_a_second_run_on_a_busy_folder_stops_at_once_and_touches_nothing(tmp
     assert code == 0, err
     release_run_folder(run)  # as the end of its process would
     before = _tree(run)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run)], env=_env(), stdout=subprocess.PIPE, text=True)
+    holder = forked.popen([sys.executable, "-c", HOLDER, str(run)], env=_env(), stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
         for behavior in ("delete", "resume"):

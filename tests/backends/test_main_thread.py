@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests import forked
+
 if TYPE_CHECKING:
     from local_tinker.engine import LocalEngine
 
@@ -25,7 +27,7 @@ from local_tinker.main_thread import run_with_engine_on_main_thread
 
 
 def _python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], capture_output=True, text=True,
+    return forked.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], capture_output=True, text=True,
                           timeout=240)
 
 

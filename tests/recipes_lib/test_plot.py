@@ -2,13 +2,13 @@
 run and a comparison, and a clear error for a folder without metrics."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from recipes_lib.plot import NoMetricsError, Run, load_run, main, panels_for, smoothed
+from tests import forked
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -110,6 +110,6 @@ def test_a_folder_without_metrics_is_a_clear_error(tmp_path: Path) -> None:
         load_run(tmp_path / "empty")
     with pytest.raises(NoMetricsError, match="is not a folder"):
         load_run(tmp_path / "nowhere")
-    result = subprocess.run([sys.executable, "-m", "recipes_lib.plot", f"log_paths={tmp_path / 'empty'}"], capture_output=True,
+    result = forked.run([sys.executable, "-m", "recipes_lib.plot", f"log_paths={tmp_path / 'empty'}"], capture_output=True,
                             text=True, cwd=Path(__file__).parents[2], timeout=120)
     assert result.returncode == 2 and result.stderr.startswith("error: ") and "metrics.jsonl" in result.stderr

@@ -23,6 +23,7 @@ from recipes_lib.jsonl import read_jsonl
 from recipes_lib.log_folder import check_log_dir
 from recipes_lib.logging import read_metrics, truncate_log
 from recipes_lib.run_lock import LOCK_FILE
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SL = ["model_name=recipes/tiny-llama", "backend.precision=float32", "eval_every=0",
@@ -67,7 +68,7 @@ def test_an_empty_log_path_never_reaches_the_working_directory(tmp_path: Path) -
     """C24 as the user ran it: a real process, started in a folder holding their work."""
     (tmp_path / "thesis.txt").write_text("chapter 1")
     (tmp_path / "metrics.jsonl").write_text("{}\n")  # even a folder that looks like a run
-    result = subprocess.run(
+    result = forked.run(
         [sys.executable, "-m", "recipes.sl_basic", "log_path=", "behavior_if_log_dir_exists=delete",
          "model_name=recipes/tiny-llama"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
         env=_env())
@@ -206,7 +207,7 @@ def test_user_errors_turn_ctrl_c_into_a_resume_hint(tmp_path: Path, capsys: pyte
 def test_ctrl_c_in_a_real_run_exits_130_and_keeps_what_was_written(tmp_path: Path) -> None:
     log_path = tmp_path / "run"
     argv = [*TINY_SL, "dataset.num_train=3000", "save_every=5", f"log_path={log_path}"]
-    process = subprocess.Popen([sys.executable, "-m", "recipes.sl_basic", *argv], cwd=tmp_path, env=_env(),
+    process = forked.popen([sys.executable, "-m", "recipes.sl_basic", *argv], cwd=tmp_path, env=_env(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not (log_path / CHECKPOINTS_FILE).exists() and time.monotonic() < deadline and process.poll() is None:

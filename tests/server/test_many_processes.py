@@ -20,6 +20,7 @@ import tinker
 from tinker import types
 
 from local_tinker.server.serve import free_port
+from tests import forked
 from tests.server.conftest import API_KEY
 from tests.server.test_restart import _start_server
 
@@ -72,7 +73,7 @@ def test_three_processes_with_a_thousand_samples_in_flight(tmp_path: Path) -> No
     try:
         started = time.monotonic()
         offsets = [sum(n for *_, n in PLAN[:k]) for k in range(len(PLAN))]
-        clients = [subprocess.Popen([sys.executable, "-c", CLIENT, url, API_KEY, name, str(seed), str(samplers),
+        clients = [forked.popen([sys.executable, "-c", CLIENT, url, API_KEY, name, str(seed), str(samplers),
                                      str(n), str(offset)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True)
                    for (name, seed, samplers, n), offset in zip(PLAN, offsets)]

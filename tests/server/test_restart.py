@@ -20,13 +20,14 @@ import pytest
 from local_tinker.server.serve import free_port
 from recipes_lib.checkpoints import load_checkpoints
 from recipes_lib.logging import read_metrics
+from tests import forked
 from tests.server.conftest import API_KEY
 
 STEPS = 12
 
 
 def _start_server(port: int, env: dict[str, str], stderr: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen([sys.executable, "-m", "local_tinker.server", f"port={port}", "precision=float32",
+    process = forked.popen([sys.executable, "-m", "local_tinker.server", f"port={port}", "precision=float32",
                                 "device=cpu"], env=env, stdout=subprocess.DEVNULL, stderr=stderr)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -40,7 +41,7 @@ def _start_server(port: int, env: dict[str, str], stderr: int = subprocess.DEVNU
 
 
 def _recipe(port: int, log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([
+    return forked.popen([
         sys.executable, "-m", "recipes.sl_basic", "model_name=recipes/tiny-llama", f"max_steps={STEPS}",
         "save_every=3", "eval_every=0", "dataset.num_train=200", "dataset.num_heldout=4",
         "evaluator_builders.0.max_tokens=2", "backend=tinker", f"backend.base_url=http://127.0.0.1:{port}",
@@ -119,7 +120,7 @@ def test_ctrl_c_stops_the_server_without_a_traceback(busy: bool) -> None:
     client = None
     try:
         if busy:
-            client = subprocess.Popen([sys.executable, "-c", BUSY_CLIENT, f"http://127.0.0.1:{port}", API_KEY],
+            client = forked.popen([sys.executable, "-c", BUSY_CLIENT, f"http://127.0.0.1:{port}", API_KEY],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             assert client.stdout is not None and client.stdout.readline().strip() == "submitted"
             time.sleep(1.0)  # the server is now working through the queue

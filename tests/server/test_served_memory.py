@@ -10,7 +10,6 @@ import ctypes
 import gc
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -27,6 +26,7 @@ from local_tinker.budget import MemoryBudget, resident_bytes
 from local_tinker.engine import get_engine
 from local_tinker.server.registry import MAX_SAMPLERS_PER_SESSION
 from local_tinker.server.serve import ServerConfig, ThreadedServer, free_port
+from tests import forked
 from tests.server.conftest import API_KEY
 
 MODEL = "recipes/tiny-llama"
@@ -100,7 +100,7 @@ def test_thirty_cookbook_shaped_rl_steps_leave_memory_flat(tmp_path: Path) -> No
     heap, whose fragmentation moves it by tens of megabytes either way. A leak raises the floor,
     so the lowest reading of the last five steps is held against the lowest of the first five."""
     result_path = tmp_path / "memory.json"
-    subprocess.run([sys.executable, "-m", "tests.server.test_served_memory", str(result_path)],
+    forked.run([sys.executable, "-m", "tests.server.test_served_memory", str(result_path)],
                    check=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     result = json.loads(result_path.read_text())
     resident = {int(step): r for step, r in result["resident"].items()}
