@@ -59,6 +59,20 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(autouse=True)
+def no_drawing_unless_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that ends draws metrics.png and report.html: about a second of matplotlib on a 2-core
+    CPU, a sixth of the suite's time when every test's runs drew. A drawing that fails only warns
+    (`summary.write_plot`), so no other test could fail on one: the tests marked `draws` (the
+    pictures, the page, the summary that names them) draw, and the runs of every other test in this
+    process skip it. The processes tests start (kill, Ctrl-C, served) still draw."""
+    if request.node.get_closest_marker("draws") is None:
+        from recipes_lib import summary
+
+        monkeypatch.setattr(summary, "write_plot", lambda log_path: None)
+        monkeypatch.setattr(summary, "write_report_page", lambda log_path: False)
+
+
+@pytest.fixture(autouse=True)
 def one_torch_thread(request: pytest.FixtureRequest) -> Iterator[None]:
     """Tiny models run on one torch thread: at their size more threads only add synchronisation,
     and make each step 10-20x slower when other work shares the cores. `slow` tests (the real

@@ -12,6 +12,8 @@ from recipes_lib.argv import config_from_argv
 from recipes_lib.logging import read_metrics, read_samples
 from recipes_lib.progress import format_value
 
+pytestmark = pytest.mark.draws  # its runs draw metrics.png and report.html (tests/conftest.py)
+
 TINY = ["model_name=recipes/tiny-llama", "backend.precision=float32"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SUMMARY_LINE = re.compile(r"^  (\S+) +(\S+) -> (\S+)(?:  \(best (\S+) at step (\d+)\))?$")

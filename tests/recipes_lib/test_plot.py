@@ -10,6 +10,8 @@ import pytest
 from recipes_lib.plot import NoMetricsError, Run, load_run, main, panels_for, smoothed
 from tests import forked
 
+pytestmark = pytest.mark.draws  # its runs draw metrics.png and report.html (tests/conftest.py)
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

@@ -17,6 +17,8 @@ from recipes_lib.logging import JsonlLogger, log_samples, read_samples
 from recipes_lib.plot import Run, panels_for
 from recipes_lib.report import MAX_EVALUATIONS, REPORT_FILE, write_report
 
+pytestmark = pytest.mark.draws  # its runs draw metrics.png and report.html (tests/conftest.py)
+
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]

@@ -13,6 +13,8 @@ from rich.console import Console
 from recipes_lib import plot, summary
 from recipes_lib.summary import RunReport, metric_changes, next_commands, render, summarize
 
+pytestmark = pytest.mark.draws  # its runs draw metrics.png and report.html (tests/conftest.py)
+
 ROWS: list[dict[str, Any]] = [
     {"step": 0, "train_mean_nll": 2.5, "learning_rate": 1e-3, "num_tokens": 100, "test/nll": 2.4,
      "test/exact_match": 0.0, "time/eval": 1.0},
