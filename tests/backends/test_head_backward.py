@@ -67,16 +67,19 @@ def _reference(model: torch.nn.Module, prepared: list, loss_fn: str, config: dic
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
 @pytest.mark.parametrize("loss_fn", sorted(REQUIRED_INPUTS))
 def test_the_same_loss_logprobs_and_gradients_as_autograd_through_the_chunks(
-    loss_fn: str, precision: PrecisionName
+    loss_fn: str, precision: PrecisionName, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Chunks of 16 rows instead of 64: the same chunking on a quarter of the rows, since every row
+    # multiplies the whole 49k-token head (in bf16 that is emulated, and slow, on CPUs without it).
+    monkeypatch.setattr(trainer, "LOGIT_CHUNK_ROWS", 16)
     service = ServiceClient(precision=precision, device="cpu")
     client = service.create_lora_training_client(MODEL, rank=4, seed=0, train_unembed=True)
     train_on_tokens(client, list(range(300, 340)), steps=2, learning_rate=1e-2)  # every B away from zero
     base = client._base  # noqa: SLF001
     model = client._model()  # noqa: SLF001
     model.zero_grad(set_to_none=True)
-    # 150 trained positions: three chunks of the head, the last one short.
-    prepared = prepare_datums(_datums([90, 40, 57], seed=1), REQUIRED_INPUTS[loss_fn], base.vocab_size)
+    # 40-odd trained positions: three chunks of the head, the last one short.
+    prepared = prepare_datums(_datums([24, 10, 15], seed=1), REQUIRED_INPUTS[loss_fn], base.vocab_size)
     if loss_fn == "stable_reinforce":  # the engine's lookup of the recorded log-probs, stood in for
         prepared = [dataclasses.replace(d, inputs={**d.inputs, RECORDED_LOGPROBS: d.inputs["logprobs"]})
                     for d in prepared]
