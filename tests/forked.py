@@ -228,6 +228,8 @@ def run(args: Sequence[Any], *, input: Any = None, timeout: float | None = None,
     """`subprocess.run` through `popen`."""
     if capture_output:
         kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
+    if input is not None:
+        kwargs["stdin"] = subprocess.PIPE
     with popen(args, **kwargs) as process:
         try:
             stdout, stderr = process.communicate(input, timeout=timeout)

@@ -102,8 +102,13 @@ class ThreadedServer:
     """The server in a background thread of this process (tests, notebooks): `with ThreadedServer(...)`."""
 
     def __init__(self, config: ServerConfig):
+        from local_tinker.engine import get_engine
+
         self.api_key = resolve_api_key(config)
         self.url = f"http://{config.host}:{config.port}"
+        # The server sets the memory budget of this process's engine; stopped, it gives the old one back.
+        self._engine = get_engine(config.precision, config.device)
+        self._budget_before = self._engine.budget
         self.app = build_app(config, self.api_key)
         self._server = uvicorn.Server(uvicorn.Config(self.app, host=config.host, port=config.port,
                                                      log_level="warning", access_log=False))
@@ -121,3 +126,4 @@ class ThreadedServer:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=30)
+        self._engine.budget = self._budget_before

@@ -185,3 +185,12 @@ def test_a_request_over_the_memory_budget_is_refused_and_the_server_keeps_servin
 if __name__ == "__main__":
     torch.set_num_threads(1)
     Path(sys.argv[1]).write_text(json.dumps(_thirty_steps()))
+
+
+def test_a_stopped_server_gives_the_engine_of_its_process_back_the_budget_it_had() -> None:
+    engine = get_engine("float32", "cpu")
+    before = engine.budget
+    config = ServerConfig(port=free_port(), api_key=API_KEY, precision="float32", device="cpu", memory_budget_gb=1.5)
+    with ThreadedServer(config):
+        assert engine.budget is not before and engine.budget.limit_bytes == int(1.5 * 2**30)
+    assert engine.budget is before
