@@ -39,7 +39,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # Files whose tests take many seconds each: the real SmolLM2 (`slow`), the server's, the host's. `make
-# test` hands whole files to two workers in collection order; these go first, so the suite does not
+# test` hands whole files to two workers in collection order (`--no-loadscope-reorder`: by default
+# pytest-xdist would hand out the files with the most tests first); these go first, so the suite does not
 # end with one worker finishing a long file while the other waits. The kill-and-resume files stay in
 # place: run first after the SmolLM2 tests, the RL one's async modes parted at their first try in 3
 # of 4 CI runs (tests/rl/test_resume.py says why), and in none of 6 runs with them later.
@@ -115,10 +116,12 @@ def _engine_threads(count: int) -> None:
 
 @pytest.fixture(scope="session")
 def service_client():  # type: ignore[no-untyped-def]
-    """The local engine in fp32 (exact numerics for comparisons)."""
+    """The local engine in fp32 (exact numerics for comparisons), with an in-process run's memory
+    budget (the free memory), whatever budget a server in this process set on the engine they share."""
+    from local_tinker.budget import MemoryBudget
     from local_tinker.clients import ServiceClient
 
-    return ServiceClient(precision="float32", device="cpu")
+    return ServiceClient(precision="float32", device="cpu", memory_budget=MemoryBudget())
 
 
 @pytest.fixture(scope="session")

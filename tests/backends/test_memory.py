@@ -79,6 +79,7 @@ def test_a_datum_past_the_activation_budget_trains_with_checkpointed_layers_to_t
 
     def run() -> tuple[list, dict[str, torch.Tensor]]:
         model = client._model()  # noqa: SLF001
+        model.zero_grad(set_to_none=True)  # the shared base may carry other clients' adapters and their gradients
         outputs = [client.forward_backward(datums, "cross_entropy").result(),
                    client.forward_backward_custom(datums, lambda data, lps: (sum(lp.sum() for lp in lps), {})).result()]
         grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}

@@ -2,8 +2,8 @@
 
 It shares the test session's temporary $RECIPES_HOME, so checkpoints written through it land in
 the same folder tree as the in-process engine's. `TINKER_API_KEY` is set to its key while it runs.
-One per test file: a server sets the memory budget of the engine it shares with the test process,
-and the test files run after this one in the same worker expect the engine's own.
+It sets the memory budget of the engine it shares with the test process (`budget.server_budget`) for
+the rest of the session: a test that reads that budget sets the one it means.
 """
 
 import os
@@ -16,7 +16,7 @@ from local_tinker.server.serve import ServerConfig, ThreadedServer, free_port
 API_KEY = "tml-test-server-key-0123456789"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server() -> Iterator[ThreadedServer]:
     config = ServerConfig(port=free_port(), api_key=API_KEY, precision="float32", device="cpu")
     previous = os.environ.get("TINKER_API_KEY")
