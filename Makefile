@@ -25,14 +25,12 @@ demo: setup
 
 # Two workers, a test file each at a time (its module fixtures built once): the tiny-model tests run
 # on one thread each (tests/conftest.py), so this uses both cores (docs/testing.md: how long it takes).
-# --no-loadscope-reorder keeps the order tests/conftest.py gives (the long files first); by default
-# pytest-xdist hands out the files with the most tests first, which left the longest, one-test files to the end.
 test: setup
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # Quick feedback while developing: everything except the tests on the real SmolLM2 model.
 test-fast: setup
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 # The numerics tests again under each instruction set this CPU can stand in for (AVX2, AVX-512 without
 # bf16, no SIMD): sampler = scorer = trainer on every CPU, not only this one's. CI runs it after `make test`.

@@ -39,11 +39,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # Files whose tests take many seconds each: the real SmolLM2 (`slow`), the server's, the host's. `make
-# test` hands whole files to two workers in collection order (`--no-loadscope-reorder`: by default
-# pytest-xdist would hand out the files with the most tests first); these go first, so the suite does not
-# end with one worker finishing a long file while the other waits. The kill-and-resume files stay in
-# place: run first after the SmolLM2 tests, the RL one's async modes parted at their first try in 3
-# of 4 CI runs (tests/rl/test_resume.py says why), and in none of 6 runs with them later.
+# test` hands whole files to two workers, those with the most tests first (pytest-xdist's default
+# order) and files of as many tests in collection order: among the one-test files, these go first.
+# Handing out all files in collection order instead (`--no-loadscope-reorder`, these files first
+# of all) took 526-556 s in two runs against 488-500 s (docs/testing.md). The kill-and-resume files
+# stay in place: run first after the SmolLM2 tests, the RL one's async modes parted at their first
+# try in 3 of 4 CI runs (tests/rl/test_resume.py says why), and in none of 6 runs with them later.
 _LONG_FILES = ("tests/server/", "test_host.py", "test_run_folder_safety.py", "test_load.py")
 
 
