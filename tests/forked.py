@@ -267,9 +267,7 @@ def serve(socket_path: str) -> None:
             connection = None
         if connection is not None:
             connection.settimeout(None)
-            pid = _fork_child(connection, listener, children)
-            if pid is not None:
-                children[pid] = connection
+            children[_fork_child(connection, listener, children)] = connection
         while children:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
@@ -283,7 +281,7 @@ def serve(socket_path: str) -> None:
                 ended.close()
 
 
-def _fork_child(connection: socket.socket, listener: socket.socket, children: Mapping[int, socket.socket]) -> int | None:
+def _fork_child(connection: socket.socket, listener: socket.socket, children: Mapping[int, socket.socket]) -> int:
     header, fds, _, _ = socket.recv_fds(connection, _HEADER.size, 3)
     if len(header) < _HEADER.size:
         header += _receive(connection, _HEADER.size - len(header))

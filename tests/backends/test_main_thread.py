@@ -28,7 +28,7 @@ from local_tinker.main_thread import run_with_engine_on_main_thread
 
 def _python(code: str) -> subprocess.CompletedProcess[str]:
     return forked.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=240)
+                      timeout=240)
 
 
 def test_the_main_thread_serves_the_engine_the_recipe_creates() -> None:

@@ -113,5 +113,5 @@ def test_a_folder_without_metrics_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(NoMetricsError, match="is not a folder"):
         load_run(tmp_path / "nowhere")
     result = forked.run([sys.executable, "-m", "recipes_lib.plot", f"log_paths={tmp_path / 'empty'}"], capture_output=True,
-                            text=True, cwd=Path(__file__).parents[2], timeout=120)
+                        text=True, cwd=Path(__file__).parents[2], timeout=120)
     assert result.returncode == 2 and result.stderr.startswith("error: ") and "metrics.jsonl" in result.stderr

@@ -208,7 +208,7 @@ def test_ctrl_c_in_a_real_run_exits_130_and_keeps_what_was_written(tmp_path: Pat
     log_path = tmp_path / "run"
     argv = [*TINY_SL, "dataset.num_train=3000", "save_every=5", f"log_path={log_path}"]
     process = forked.popen([sys.executable, "-m", "recipes.sl_basic", *argv], cwd=tmp_path, env=_env(),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not (log_path / CHECKPOINTS_FILE).exists() and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.1)

@@ -74,8 +74,8 @@ def test_three_processes_with_a_thousand_samples_in_flight(tmp_path: Path) -> No
         started = time.monotonic()
         offsets = [sum(n for *_, n in PLAN[:k]) for k in range(len(PLAN))]
         clients = [forked.popen([sys.executable, "-c", CLIENT, url, API_KEY, name, str(seed), str(samplers),
-                                     str(n), str(offset)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True)
+                                 str(n), str(offset)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
                    for (name, seed, samplers, n), offset in zip(PLAN, offsets)]
         outputs = []
         for client in clients:

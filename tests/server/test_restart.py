@@ -28,7 +28,7 @@ STEPS = 12
 
 def _start_server(port: int, env: dict[str, str], stderr: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
     process = forked.popen([sys.executable, "-m", "local_tinker.server", f"port={port}", "precision=float32",
-                                "device=cpu"], env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+                            "device=cpu"], env=env, stdout=subprocess.DEVNULL, stderr=stderr)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -121,7 +121,7 @@ def test_ctrl_c_stops_the_server_without_a_traceback(busy: bool) -> None:
     try:
         if busy:
             client = forked.popen([sys.executable, "-c", BUSY_CLIENT, f"http://127.0.0.1:{port}", API_KEY],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             assert client.stdout is not None and client.stdout.readline().strip() == "submitted"
             time.sleep(1.0)  # the server is now working through the queue
         server.send_signal(signal.SIGINT)

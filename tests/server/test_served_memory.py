@@ -101,7 +101,7 @@ def test_thirty_cookbook_shaped_rl_steps_leave_memory_flat(tmp_path: Path) -> No
     so the lowest reading of the last five steps is held against the lowest of the first five."""
     result_path = tmp_path / "memory.json"
     forked.run([sys.executable, "-m", "tests.server.test_served_memory", str(result_path)],
-                   check=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+               check=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     result = json.loads(result_path.read_text())
     resident = {int(step): r for step, r in result["resident"].items()}
     steps = sorted(resident)
@@ -182,11 +182,6 @@ def test_a_request_over_the_memory_budget_is_refused_and_the_server_keeps_servin
         engine.budget = MemoryBudget()  # the engine is this test process's, shared with other tests
 
 
-if __name__ == "__main__":
-    torch.set_num_threads(1)
-    Path(sys.argv[1]).write_text(json.dumps(_thirty_steps()))
-
-
 def test_a_stopped_server_gives_the_engine_of_its_process_back_the_budget_it_had() -> None:
     engine = get_engine("float32", "cpu")
     before = engine.budget
@@ -194,3 +189,8 @@ def test_a_stopped_server_gives_the_engine_of_its_process_back_the_budget_it_had
     with ThreadedServer(config):
         assert engine.budget is not before and engine.budget.limit_bytes == int(1.5 * 2**30)
     assert engine.budget is before
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    Path(sys.argv[1]).write_text(json.dumps(_thirty_steps()))
