@@ -45,8 +45,10 @@ from local_tinker.tokenizers import get_tokenizer
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-COALESCE_QUIET_S = 0.003  # wait this long for more concurrent sample requests ...
-COALESCE_MAX_S = 0.03  # ... but never longer than this in total
+# Concurrent sample requests join one batch: after each arrival the engine waits this long for the
+# next (an evaluator's `asyncio.gather` of dozens of prompts sends them a few ms apart) ...
+COALESCE_QUIET_S = 0.01
+COALESCE_MAX_S = 0.1  # ... but never longer than this in total (docs/findings.md)
 MAX_SAMPLE_ROWS = {"cpu": 64, "cuda": 512}
 SAMPLE_MEMORY_SHARE = 0.5  # of the free memory, the most a batch of sampled rows may take at its longest
 # On a CPU, also at most this much for one batch's KV cache and logits at their longest, as training

@@ -6,8 +6,8 @@ the trainer computes it, in the model's forward (prefill, scoring) and in the fu
 only the fused step's packed copy of the weights (CPU) takes it merged in fp32 (base-model decode
 speed). Merging a small delta into bf16 weights would round much of it away and the sampler's
 log-probs would drift from the trainer's, so bf16 keeps it beside there too. Requests are batched:
-every distinct prompt is prefilled once, its KV cache is shared by all its samples, and finished
-rows leave the batch. Llama-family models decode through the
+every distinct prompt is prefilled once, its KV cache is shared by all its samples, an opening
+that all prompts share is prefilled once for all of them, and finished rows leave the batch. Llama-family models decode through the
 fused step of `decoder.py` (faster than the model's own forward on a CPU; `make bench` measures it);
 others through their forward.
 
@@ -310,18 +310,34 @@ def _prefill(
 
     `plain_head`: run the decoder and `OutputHead` on the last positions only (the fused decoder's
     models), a chunk of prompts at a time (`prefill_chunk_rows`), returning the chunks' caches in
-    order; otherwise the model's whole forward, with whatever it does to its logits, in one go.
+    order; the opening all prompts share (`shared_prefix_length`) is prefilled once and its cache
+    copied into each chunk's. Otherwise the model's whole forward, with whatever it does to its
+    logits, in one go.
     """
-    tokens, mask, positions = (t.to(precision.device) for t in pad_left_tokens(prompts))
     if not plain_head:  # the model's forward, with whatever it does to its logits
+        tokens, mask, positions = (t.to(precision.device) for t in pad_left_tokens(prompts))
         out = model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
         return out.cache, out.logits[:, -1].float(), mask
-    chunk = prefill_chunk_rows(model.config, tokens.shape[1])
+    decoder = model.get_decoder()
+    shared = shared_prefix_length(prompts)
+    prefix_cache = None
+    if shared:  # the opening every prompt shares, prefilled once; each prompt's own tokens follow it
+        opening = torch.tensor([prompts[0][:shared]], device=precision.device)
+        prefix_cache = decoder(input_ids=opening, use_cache=True).cache
+    tokens, mask, positions = (t.to(precision.device) for t in pad_left_tokens([p[shared:] for p in prompts]))
+    if shared:  # [opening | left padding | own tokens]: the mask has a hole, the positions go on from the opening
+        mask = torch.cat([mask.new_ones((len(prompts), shared)), mask], dim=1)
+        positions = positions + shared
+    chunk = prefill_chunk_rows(model.config, mask.shape[1])
     caches, lasts = [], []
     for start in range(0, len(prompts), chunk):
         part = slice(start, start + chunk)
-        out = model.get_decoder()(input_ids=tokens[part], attention_mask=mask[part], position_ids=positions[part],
-                                  use_cache=True)
+        cache = None
+        if prefix_cache is not None:
+            cache = copy.deepcopy(prefix_cache)
+            cache.batch_repeat_interleave(len(prompts[part]))
+        out = decoder(input_ids=tokens[part], attention_mask=mask[part], position_ids=positions[part], cache=cache,
+                      use_cache=True)
         caches.append(out.cache)
         lasts.append(out.last_hidden_state[:, -1].clone())
         del out
@@ -331,6 +347,24 @@ def _prefill(
     # copies the head weight once per prompt.
     last_P_D = torch.cat(lasts)
     return caches, OutputHead(model)(last_P_D), mask
+
+
+# Prompts opening with at least this many tokens in common (a system prompt, few-shot examples)
+# prefill that opening once (`shared_prefix_length`).
+SHARED_PREFIX_MIN_TOKENS = 8
+
+
+def shared_prefix_length(prompts: Sequence[tuple[int, ...]]) -> int:
+    """Tokens that all of the (sorted, distinct) `prompts` open with, leaving each prompt at least one
+    token of its own (its last position's logits start its decoding); 0 when fewer than
+    `SHARED_PREFIX_MIN_TOKENS` or fewer than two prompts."""
+    if len(prompts) < 2:
+        return 0
+    # In sorted order, what the first and the last prompt share, every prompt between them shares.
+    first, last = prompts[0], prompts[-1]
+    limit = min(len(p) for p in prompts) - 1
+    shared = next((i for i in range(limit) if first[i] != last[i]), limit)
+    return shared if shared >= SHARED_PREFIX_MIN_TOKENS else 0
 
 
 # The most transient prefill memory (`prefill_row_bytes` per prompt) held at once: prompts beyond it

@@ -15,6 +15,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from local_tinker import decoder as decoder_module
 from local_tinker import projections
+from local_tinker import sampler as sampler_module
 from local_tinker.batch import pad_left_tokens
 from local_tinker.decoder import FusedDecoder, supports
 from local_tinker.models import load_base_model
@@ -219,6 +220,65 @@ def test_sampled_logprobs_equal_scores_and_the_trainers_with_a_trained_adapter(p
                                   loss_fn_inputs={"target_tokens": sequence[1:], "weights": [0.0] * (len(sequence) - 1)})
             trained = trainer.forward([forward], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].data
             np.testing.assert_allclose(trained[len(prompt) - 1:], seq.logprobs, atol=1e-4)
+
+
+def test_shared_prefix_length_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sampler_module, "SHARED_PREFIX_MIN_TOKENS", 2)
+    shared = sampler_module.shared_prefix_length
+    assert shared([(1, 2, 3, 4), (1, 2, 3, 9), (1, 2, 5)]) == 2
+    assert shared([(1, 2, 3), (1, 2, 3, 4)]) == 2  # each prompt keeps a token of its own
+    assert shared([(1, 2, 3, 4)]) == 0  # one prompt: nothing to share
+    assert shared([(1, 2, 4), (1, 3, 4)]) == 0  # one token in common, under the minimum
+    assert shared([(1, 9, 3, 4), (2, 9, 3, 4)]) == 0
+
+
+@pytest.mark.parametrize(("name", "precision"), [("recipes/tiny-llama", "bfloat16"), ("recipes/tiny-llama", "float32"),
+                                                  ("recipes/tiny-qwen3", "float32")])
+def test_prompts_sharing_an_opening_sample_as_if_each_were_prefilled_alone(name: str, precision: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prompts that open alike prefill the opening once (`sampler.shared_prefix_length`); the samples,
+    their log-probs and the scorer's log-probs of them are those of prompts prefilled whole."""
+    from local_tinker.clients import ServiceClient
+    from recipes_lib.tokenizers import get_tokenizer
+
+    tokenizer = get_tokenizer(name)
+    trainer = ServiceClient(precision=precision, device="cpu").create_lora_training_client(name, rank=8, seed=0)
+    tokens = tokenizer.encode("one two three four five six seven eight nine ten")
+    datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                        loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)})
+    for _ in range(2):
+        trainer.forward_backward([datum], "cross_entropy")
+        trainer.optim_step(types.AdamParams(learning_rate=1e-2))
+    sampler = trainer.save_weights_and_get_sampling_client()
+    opening = tokenizer.encode("Answer in words, as briefly as you can, and say nothing else.")
+    assert len(opening) >= sampler_module.SHARED_PREFIX_MIN_TOKENS
+    prompts = [opening + tokenizer.encode(text) for text in (" Write 7.", " Now write 4072 please.", " And 31?")]
+    shared_lengths: list[int] = []
+
+    def spy(prompts_: list[tuple[int, ...]]) -> int:
+        shared_lengths.append(shared_prefix_length(prompts_))
+        return shared_lengths[-1]
+
+    shared_prefix_length = sampler_module.shared_prefix_length
+    monkeypatch.setattr(sampler_module, "shared_prefix_length", spy)
+
+    def sample_all() -> list[types.SampledSequence]:
+        # One request with all three prompts' samples is one batch (the engine batches what is waiting).
+        futures = [sampler.sample(types.ModelInput.from_ints(p), 2, types.SamplingParams(max_tokens=12, seed=seed))
+                   for seed, p in enumerate(prompts)]
+        return [s for future in futures for s in future.result().sequences]
+
+    shared = sample_all()
+    assert max(shared_lengths) >= len(opening) - 1  # the opening (its last token may merge with the next)
+    monkeypatch.setattr(sampler_module, "SHARED_PREFIX_MIN_TOKENS", 10**9)
+    alone = sample_all()
+    assert [s.tokens for s in shared] == [s.tokens for s in alone]
+    for a, b in zip(shared, alone):
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+    for i, seq in enumerate(shared):
+        prompt = prompts[i // 2]
+        scored = sampler.compute_logprobs(types.ModelInput.from_ints(prompt + list(seq.tokens))).result()
+        np.testing.assert_allclose(scored[len(prompt):], seq.logprobs, atol=1e-4)
 
 
 def test_other_architectures_sample_from_their_own_logits() -> None:
