@@ -45,7 +45,9 @@ def _scale_inside_addmm(self: Any, x: torch.Tensor, adapter: str) -> torch.Tenso
     rows_N_I = x.reshape(-1, x.shape[-1])
     base_N_O = F.linear(rows_N_I, base.weight, base.bias)
     low_N_R = F.linear(rows_N_I, self.lora_A[adapter].weight) * self.scaling[adapter]
-    out_N_O = torch.addmm(base_N_O, low_N_R, self.lora_B[adapter].weight.t())
+    # In place: `addmm` would first copy the base product into a new output, a whole pass over it.
+    # Nothing saved that product for the backward pass (the base matmul keeps its inputs).
+    out_N_O = base_N_O.addmm_(low_N_R, self.lora_B[adapter].weight.t())
     return out_N_O.view(*x.shape[:-1], out_N_O.shape[-1])
 
 
