@@ -7,9 +7,9 @@ only the fused step's packed copy of the weights (CPU) takes it merged in fp32 (
 speed). Merging a small delta into bf16 weights would round much of it away and the sampler's
 log-probs would drift from the trainer's, so bf16 keeps it beside there too. Requests are batched:
 every distinct prompt is prefilled once, its KV cache is shared by all its samples, an opening
-that all prompts share is prefilled once for all of them, and finished rows leave the batch. Llama-family models decode through the
-fused step of `decoder.py` (faster than the model's own forward on a CPU; `make bench` measures it);
-others through their forward.
+that all prompts share is prefilled once for all of them, and finished rows leave the batch.
+Llama-family models decode through the fused step of `decoder.py` (faster than the model's own
+forward on a CPU; `make bench` measures it); others through their forward.
 
 Returned log-probs are those of the distribution sampled from: `log_softmax(logits / T)` for
 temperature T > 0 (before top-k / top-p truncation), and the untempered `log_softmax(logits)` for
