@@ -6,6 +6,7 @@ in fp32: an independent computation of the same function.
 """
 
 import copy
+from typing import Any
 
 import numpy as np
 import pytest
@@ -187,14 +188,8 @@ def test_sampling_with_and_without_the_fused_step_agree(service_client, tiny_tok
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
 
 
-@pytest.mark.parametrize("precision", ["bfloat16", "float32"])
-@pytest.mark.parametrize("name", ["recipes/tiny-llama", "recipes/tiny-qwen3"])
-@pytest.mark.parametrize("rank", [8, 32])  # adapter scale 32 / rank: 4, and 1 (the fused step skips its multiply)
-def test_sampled_logprobs_equal_scores_and_the_trainers_with_a_trained_adapter(precision: str, name: str,
-                                                                               rank: int) -> None:
-    """The sampler, the scorer and the trainer are one model: log-probs of the same tokens agree to 1e-4
-    in bf16 as in fp32, on whatever CPU this runs (`make test-isa` runs it under each ISA the host can
-    emulate). Prompts of several lengths share one batch (left padding); three samples each."""
+def _trained_adapter(name: str, precision: str, rank: int, steps: int) -> tuple[Any, Any, Any]:
+    """(tokenizer, training client, sampling client) of a LoRA trained `steps` steps on one sentence."""
     from local_tinker.clients import ServiceClient
     from recipes_lib.tokenizers import get_tokenizer
 
@@ -203,10 +198,21 @@ def test_sampled_logprobs_equal_scores_and_the_trainers_with_a_trained_adapter(p
     tokens = tokenizer.encode("one two three four five six seven eight nine ten")
     datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
                         loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)})
-    for _ in range(3):
+    for _ in range(steps):
         trainer.forward_backward([datum], "cross_entropy")
         trainer.optim_step(types.AdamParams(learning_rate=1e-2))
-    sampler = trainer.save_weights_and_get_sampling_client()
+    return tokenizer, trainer, trainer.save_weights_and_get_sampling_client()
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float32"])
+@pytest.mark.parametrize("name", ["recipes/tiny-llama", "recipes/tiny-qwen3"])
+@pytest.mark.parametrize("rank", [8, 32])  # adapter scale 32 / rank: 4, and 1 (the fused step skips its multiply)
+def test_sampled_logprobs_equal_scores_and_the_trainers_with_a_trained_adapter(precision: str, name: str,
+                                                                               rank: int) -> None:
+    """The sampler, the scorer and the trainer are one model: log-probs of the same tokens agree to 1e-4
+    in bf16 as in fp32, on whatever CPU this runs (`make test-isa` runs it under each ISA the host can
+    emulate). Prompts of several lengths share one batch (left padding); three samples each."""
+    tokenizer, trainer, sampler = _trained_adapter(name, precision, rank, steps=3)
     assert sampler._snapshot.base.sampler.decoder is not None  # noqa: SLF001
     prompts = [tokenizer.encode(text) for text in ["Hello", "Once upon a time there", "The numbers are"]]
     futures = [sampler.sample(types.ModelInput.from_ints(prompt), 3, types.SamplingParams(max_tokens=24, seed=seed))
@@ -238,18 +244,7 @@ def test_prompts_sharing_an_opening_sample_as_if_each_were_prefilled_alone(name:
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Prompts that open alike prefill the opening once (`sampler.shared_prefix_length`); the samples,
     their log-probs and the scorer's log-probs of them are those of prompts prefilled whole."""
-    from local_tinker.clients import ServiceClient
-    from recipes_lib.tokenizers import get_tokenizer
-
-    tokenizer = get_tokenizer(name)
-    trainer = ServiceClient(precision=precision, device="cpu").create_lora_training_client(name, rank=8, seed=0)
-    tokens = tokenizer.encode("one two three four five six seven eight nine ten")
-    datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
-                        loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)})
-    for _ in range(2):
-        trainer.forward_backward([datum], "cross_entropy")
-        trainer.optim_step(types.AdamParams(learning_rate=1e-2))
-    sampler = trainer.save_weights_and_get_sampling_client()
+    tokenizer, _, sampler = _trained_adapter(name, precision, rank=8, steps=2)
     opening = tokenizer.encode("Answer in words, as briefly as you can, and say nothing else.")
     assert len(opening) >= sampler_module.SHARED_PREFIX_MIN_TOKENS
     prompts = [opening + tokenizer.encode(text) for text in (" Write 7.", " Now write 4072 please.", " And 31?")]
