@@ -167,7 +167,7 @@ def _convert_gguf(name: str, cached: Path) -> PreTrainedModel:
     """De-quantise the GGUF once and cache it as safetensors (the GGUF-loaded model refuses to save)."""
     gguf = require_smollm2_gguf()
     logger.warning("Converting %s from %s (once, ~10 s); cached at %s", name, gguf, cached)
-    with _gguf_name_maps_built_once():
+    with _gguf_parsed_once():
         loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     config = loaded.config.to_dict()
     config.pop("quantization_config", None)
@@ -184,21 +184,24 @@ def _convert_gguf(name: str, cached: Path) -> PreTrainedModel:
 
 
 @contextlib.contextmanager
-def _gguf_name_maps_built_once() -> Iterator[None]:
-    """Build each of `gguf`'s tensor-name maps once while transformers converts a GGUF.
+def _gguf_parsed_once() -> Iterator[None]:
+    """Parse the GGUF's header, and build each of `gguf`'s tensor-name maps, once while transformers
+    converts a GGUF.
 
-    transformers builds the map anew for every module it visits (hundreds in SmolLM2, a large
-    share of the conversion), though it depends only on the architecture and the layer count,
-    and is only read.
+    transformers reads the file anew for the config and again for the weights: each `GGUFReader`
+    parses every metadata field in Python, the tokenizer's 49k tokens and merges among them. And it
+    builds the name map anew for every module it visits (hundreds in SmolLM2), though the map
+    depends only on the architecture and the layer count. Both are only read.
     """
     import gguf
 
-    original = gguf.get_tensor_name_map
-    gguf.get_tensor_name_map = functools.cache(original)
+    module: Any = gguf  # its attributes are replaced for the conversion, then restored
+    original_map, original_reader = module.get_tensor_name_map, module.GGUFReader
+    module.get_tensor_name_map, module.GGUFReader = functools.cache(original_map), functools.cache(original_reader)
     try:
         yield
     finally:
-        gguf.get_tensor_name_map = original
+        module.get_tensor_name_map, module.GGUFReader = original_map, original_reader
 
 
 def _from_pretrained(name: str) -> PreTrainedModel:

@@ -21,7 +21,8 @@ def test_gguf_converts_once_then_reloads_in_under_two_seconds(tmp_path, monkeypa
     converted = load_base_model(SMOLLM2_NAME)
     import gguf
 
-    assert not hasattr(gguf.get_tensor_name_map, "cache_info")  # the conversion's memoised name maps are undone
+    # The conversion's memoised name maps and readers are undone.
+    assert not hasattr(gguf.get_tensor_name_map, "cache_info") and gguf.GGUFReader is gguf.gguf_reader.GGUFReader
     folder = tmp_path / "models" / "HuggingFaceTB--SmolLM2-135M-Instruct--dequantised-from-Q4_1-gguf"
     assert (folder / "model.safetensors").exists()
     assert sum(p.numel() for p in converted.parameters()) == 134_515_008

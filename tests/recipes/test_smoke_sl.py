@@ -45,12 +45,12 @@ def test_sl_loop_two_steps(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_sl_basic_on_smollm2_lowers_the_held_out_loss(tmp_path: Path) -> None:
-    """Four steps of the real recipe on the real model (about 15 s on 2 cores)."""
+    """Four steps of the real recipe on the real model, at half its batch size."""
     config = config_from_argv(sl_basic.build_config(), [
-        f"log_path={tmp_path}", "max_steps=4", "eval_every=4", "dataset.num_train=64",
-        "dataset.num_heldout=6"])
+        f"log_path={tmp_path}", "max_steps=4", "eval_every=4", "dataset.num_train=32",
+        "dataset.common_config.batch_size=8", "dataset.num_heldout=6"])
     sl_basic.main(config)
     rows = read_metrics(tmp_path)
     assert rows[0]["test/exact_match"] == 0.0  # the base model answers "157 in words is 157."
-    assert rows[-1]["test/nll"] < rows[0]["test/nll"] / 2  # measured 2.30 -> 0.49
+    assert rows[-1]["test/nll"] < rows[0]["test/nll"] / 2  # measured 2.29 -> 0.61 (fp32); 0.47 at batch 16
     assert rows[-1]["train_mean_nll"] < rows[0]["train_mean_nll"]
