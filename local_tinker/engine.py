@@ -37,7 +37,7 @@ from local_tinker.futures import LocalFuture
 from local_tinker.logits import check_output_head
 from local_tinker.memory import bound_kernel_caches, return_freed_memory
 from local_tinker.models import load_base_model, own_weights, weights_label
-from local_tinker.precision import DeviceName, Precision, PrecisionName, resolve_precision
+from local_tinker.precision import DeviceName, Precision, PrecisionName, emulation_warning, resolve_precision
 from local_tinker.sampler import SampleJob, SamplerModel, generate, row_bytes
 from local_tinker.scoring import PromptQuery, PromptScores, score
 from local_tinker.tokenizers import get_tokenizer
@@ -442,6 +442,8 @@ def get_engine(precision: PrecisionName = "auto", device: DeviceName = "auto") -
         if key not in _engines:
             transformers.utils.logging.disable_progress_bar()
             logger.info("local engine: device=%s precision=%s", resolved.device, resolved.name)
+            if (warning := emulation_warning(resolved)) is not None:
+                logger.warning(warning)
             _engines[key] = LocalEngine(resolved)
             atexit.register(_engines[key].stop)
         return _engines[key]

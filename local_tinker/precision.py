@@ -61,6 +61,15 @@ def cpu_has_native_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def emulation_warning(precision: Precision) -> str | None:
+    """What to tell a user who asked for bf16 on a CPU that emulates it (None otherwise): torch's bf16
+    matmuls there are several times slower than fp32 (docs/findings.md)."""
+    if precision.device.type != "cpu" or precision.autocast != torch.bfloat16 or cpu_has_native_bf16():
+        return None
+    return ("precision bfloat16 on this CPU is emulated (it has neither AVX512-BF16 nor AMX, or torch is held "
+            "below them): several times slower than float32, which backend.precision=auto picks here.")
+
+
 def resolve_precision(precision: PrecisionName = "auto", device: DeviceName = "auto") -> Precision:
     """The `Precision` for a requested precision name and device."""
     if device == "auto":
