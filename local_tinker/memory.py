@@ -2,8 +2,10 @@
 
 glibc keeps freed blocks of its heaps for reuse. Across a training step's activations (large, in
 shapes that change with every micro-batch) and a generation's KV cache, the kept and fragmented
-blocks grow a run's resident memory well past what it uses, step after step. The engine trims
-after each request (a training call, a batch of generations): that keeps a run flat. Trimming after
+blocks grow a run's resident memory well past what it uses, step after step. The engine asks for
+a trim after each request (a training call, a batch of generations), which trims once resident
+memory has risen `TRIM_SLACK_BYTES` above its lowest reading since the last trim: that keeps a run
+flat, and spares small requests a trim that costs more than they do. Trimming after
 each micro-batch as well costs the next one its first-touch page faults and saves nothing; a low
 `M_MMAP_THRESHOLD` (every large tensor mapped and unmapped) costs one fault per allocation. The
 readings behind both choices are in docs/findings.md.
@@ -24,6 +26,8 @@ import os
 from collections.abc import Callable
 
 import torch
+
+from local_tinker.budget import resident_bytes
 
 
 @functools.cache
@@ -47,10 +51,26 @@ def bound_kernel_caches() -> None:
         os.environ.setdefault(name, str(KERNEL_CACHE_ENTRIES))
 
 
+# How far resident memory may rise above its lowest reading since the last trim before the next
+# call trims. A trim walks every free block of the heap and hands its pages back, and the next
+# allocations fault them in again: after a small request (a tiny model's, a short sample) that costs
+# more than the request, for a few MB returned. A training step or a batch of generations on a real
+# model frees hundreds of MB, past this at once.
+TRIM_SLACK_BYTES = 32 * 2**20
+_lowest_since_trim = [0]  # one process-wide reading; engines on other threads race on it harmlessly
+
+
 def return_freed_memory(device: torch.device) -> None:
-    """Give the host memory freed so far back to the system, when `device` computes on the CPU."""
+    """Give the host memory freed so far back to the system, when `device` computes on the CPU and
+    resident memory has risen more than `TRIM_SLACK_BYTES` above its lowest reading since the last trim."""
     if device.type != "cpu":
         return
     trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
+    if trim is None:
+        return
+    resident = resident_bytes()
+    lowest = _lowest_since_trim[0] = min(_lowest_since_trim[0] or resident, resident)
+    if resident and resident - lowest < TRIM_SLACK_BYTES:
+        return
+    trim(0)
+    _lowest_since_trim[0] = resident_bytes()

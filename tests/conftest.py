@@ -36,6 +36,27 @@ def pytest_configure(config: pytest.Config) -> None:
     # wait out their timeouts on a child that ignores the SIGINT sent to it. Tests run with Ctrl-C on.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    _one_ssl_context_per_setting()
+
+
+def _one_ssl_context_per_setting() -> None:
+    """Every Tinker SDK client builds httpx clients, and each of those a new SSL context (~36 ms of
+    reading the CA bundle on a 2-core CPU): ~12 s of the suite, for servers that the tests reach over
+    plain http on the loopback. In the test processes, httpx's transports share one context per
+    setting; the processes tests start build theirs as a user's would."""
+    import functools
+
+    import httpx._transports.default as transports
+
+    build = transports.create_ssl_context
+    shared = functools.lru_cache(maxsize=8)(build)
+
+    def create_ssl_context(verify: object = True, cert: object = None, trust_env: bool = True) -> object:
+        if isinstance(verify, (bool, str)) and cert is None:
+            return shared(verify=verify, cert=None, trust_env=trust_env)
+        return build(verify=verify, cert=cert, trust_env=trust_env)
+
+    transports.create_ssl_context = create_ssl_context  # type: ignore[assignment]
 
 
 # Files whose tests take many seconds each: the real SmolLM2 (`slow`), the server's, the host's. `make
@@ -78,7 +99,8 @@ def no_drawing_unless_marked(request: pytest.FixtureRequest, monkeypatch: pytest
 def one_torch_thread(request: pytest.FixtureRequest) -> Iterator[None]:
     """Tiny models run on one torch thread: at their size more threads only add synchronisation,
     and make each step 10-20x slower when other work shares the cores. `slow` tests (the real
-    SmolLM2) take their worker's share of the cores."""
+    SmolLM2) take their worker's share of the cores. The processes a test starts get the same count
+    (`OMP_NUM_THREADS`), unless the environment already sets one."""
     import torch
 
     threads = torch.get_num_threads()
@@ -87,7 +109,10 @@ def one_torch_thread(request: pytest.FixtureRequest) -> Iterator[None]:
     else:
         torch.set_num_threads(_threads_per_worker(threads))
     _engine_threads(torch.get_num_threads())
-    yield
+    with pytest.MonkeyPatch.context() as patch:
+        if "OMP_NUM_THREADS" not in os.environ:  # and the processes it starts take as many
+            patch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))
+        yield
     torch.set_num_threads(threads)
 
 

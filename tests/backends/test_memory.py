@@ -112,3 +112,43 @@ def test_a_cpu_sampling_batch_keeps_to_its_byte_bound(monkeypatch: pytest.Monkey
     monkeypatch.setitem(engine_module.SAMPLE_BATCH_BYTES, "cpu", 3 * row + row // 2)
     assert engine._row_limit(base, [long]) == 3  # noqa: SLF001
     assert engine._row_limit(base, [short, long]) == 3  # noqa: SLF001 - the longest row decides
+
+
+def test_freed_memory_goes_back_once_resident_memory_rose_past_the_slack(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trim only where resident memory rose `TRIM_SLACK_BYTES` or more above its lowest reading
+    since the last trim; the reading after a trim is the new lowest."""
+    from local_tinker import memory
+
+    mib = 2**20
+    readings = iter([100 * mib, 90 * mib, 121 * mib, 122 * mib, 80 * mib, 115 * mib, 112 * mib, 85 * mib])
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "resident_bytes", lambda: next(readings))
+    monkeypatch.setattr(memory, "_malloc_trim", lambda: trims.append)
+    monkeypatch.setattr(memory, "_lowest_since_trim", [0])
+    cpu = torch.device("cpu")
+    for _ in range(5):
+        memory.return_freed_memory(cpu)
+    # 100 (lowest 100), 90 (lowest 90), 121 (31 above: kept), 122 (32 above: trimmed, then reads 80), 115 (35 above 80: trimmed)
+    assert trims == [0, 0]
+    assert memory._lowest_since_trim == [112 * mib]  # noqa: SLF001
+    memory.return_freed_memory(torch.device("meta"))  # not the host's memory: nothing read, nothing trimmed
+    assert trims == [0, 0] and next(readings) == 85 * mib
+
+
+def test_a_trim_gives_back_the_freed_blocks_inside_the_heap() -> None:
+    """64 MB of 64 KB blocks freed below one that stays (so glibc cannot shrink its heap's top by
+    itself): the engine's trim hands their pages back."""
+    from local_tinker.budget import resident_bytes
+    from local_tinker.memory import _malloc_trim, return_freed_memory
+
+    if _malloc_trim() is None or resident_bytes() == 0:
+        pytest.skip("glibc's malloc_trim and /proc/self/statm are Linux's")
+    cpu = torch.device("cpu")
+    return_freed_memory(cpu)  # starts the count from here
+    blocks = [torch.ones(16 * 1024) for _ in range(1024)]  # 64 KB each, under glibc's mmap threshold
+    keeper = torch.ones(16 * 1024)
+    held = resident_bytes()
+    del blocks
+    return_freed_memory(cpu)
+    assert held - resident_bytes() > 48 * 2**20, (held, resident_bytes())
+    del keeper
