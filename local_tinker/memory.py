@@ -69,8 +69,9 @@ def return_freed_memory(device: torch.device) -> None:
     if trim is None:
         return
     resident = resident_bytes()
-    lowest = _lowest_since_trim[0] = min(_lowest_since_trim[0] or resident, resident)
-    if resident and resident - lowest < TRIM_SLACK_BYTES:
-        return
+    if resident:  # 0 where it cannot be read: then every call trims
+        _lowest_since_trim[0] = min(_lowest_since_trim[0] or resident, resident)
+        if resident - _lowest_since_trim[0] < TRIM_SLACK_BYTES:
+            return
     trim(0)
     _lowest_since_trim[0] = resident_bytes()

@@ -32,6 +32,7 @@ from tests.server.conftest import API_KEY
 MODEL = "recipes/tiny-llama"
 RANK = 8
 GROUPS, GROUP_SIZE, PROMPT_TOKENS, MAX_TOKENS = 4, 4, 48, 8
+STEPS, READINGS = 30, 5  # resident memory: the first and the last five readings are compared
 # tiny-llama keeps ~7.7 KB of activations per trained token (2 layers, hidden 64, MLP 128, fp32): a
 # step trains 16 x 56 tokens, and half its groups have equal rewards (advantages 0). Before the fix
 # those groups' micro-batches kept their graphs: ~3.5 MB a step, 50 MB over the last 14 steps. A
@@ -84,14 +85,14 @@ def _thirty_steps() -> dict[str, object]:
         trainer = service.create_lora_training_client(base_model=MODEL, rank=RANK, seed=0).result()
         generator = torch.Generator().manual_seed(0)
         resident = {}
-        for step in range(1, 31):
+        for step in range(1, STEPS + 1):
             prompts = [torch.randint(3, 4000, (PROMPT_TOKENS,), generator=generator).tolist() for _ in range(GROUPS)]
             sampler = trainer.save_weights_and_get_sampling_client().result()
             responses = asyncio.run(_rollouts(sampler, prompts))
             trainer.forward_backward(_datums(prompts, responses), "importance_sampling").result()
             trainer.optim_step(types.AdamParams(learning_rate=1e-3)).result()
-            if MAX_SAMPLERS_PER_SESSION <= step < MAX_SAMPLERS_PER_SESSION + 5 or step > 25:
-                resident[step] = _trimmed_resident()  # the first and the last five (a trim here: ~0.4 s)
+            if MAX_SAMPLERS_PER_SESSION <= step < MAX_SAMPLERS_PER_SESSION + READINGS or step > STEPS - READINGS:
+                resident[step] = _trimmed_resident()  # only those compared: a trim here takes ~0.4 s
         return {"resident": resident, "graph_tensors": _graph_tensors()}
 
 
@@ -105,7 +106,7 @@ def test_thirty_cookbook_shaped_rl_steps_leave_memory_flat(tmp_path: Path) -> No
     result = json.loads(result_path.read_text())
     resident = {int(step): r for step, r in result["resident"].items()}
     steps = sorted(resident)
-    growth = min(resident[s] for s in steps[-5:]) - min(resident[s] for s in steps[:5])
+    growth = min(resident[s] for s in steps[-READINGS:]) - min(resident[s] for s in steps[:READINGS])
     assert growth < GROWTH_BOUND_BYTES, {step: f"{r / 2**20:.0f} MB" for step, r in resident.items()}
     assert result["graph_tensors"] == 0
 
