@@ -7,10 +7,10 @@
     python -m recipes.sl_basic dataset=HuggingFaceH4/no_robots      # needs the Hugging Face hub
     python -m recipes.sl_basic --help                               # every key, with its value
 
-160 steps of 16 conversations ("Write 4072 in words." -> "four thousand seventy-two", from
+128 steps of 8 conversations ("Write 4072 in words." -> "four thousand seventy-two", from
 recipes/number_words/); held-out greedy exact match is `test/exact_match` in metrics.jsonl.
-`dataset.<key>=...` sets the data's settings (`dataset.common_config.batch_size=8`, or
-`...batch_size=8`); every other key is a field of `supervised.train.Config`.
+`dataset.<key>=...` sets the data's settings (`dataset.common_config.batch_size=16`, or
+`...batch_size=16`); every other key is a field of `supervised.train.Config`.
 
 Other data (`dataset=<file>.jsonl`, `dataset=<owner>/<name>` or another name of `recipes/datasets.py`)
 starts from the supervised CLI's defaults instead (`supervised.train_cli`, with its preset for a file or
@@ -39,15 +39,15 @@ def build_config() -> chz.Blueprint[train_cli.Config]:
     return train_cli.build_config().apply({
         **RUN,
         "dataset": Castable("number_words"),
-        "dataset.num_train": 2560,  # 160 steps of 16
+        "dataset.num_train": 1024,  # 128 steps of 8
         # Given here, not only as the builder's defaults, so that the evaluator's references find them.
         "dataset.num_heldout": 48,
         "dataset.seed": 0,
         "dataset.system_prompt": SYSTEM_PROMPT,  # shorter than SmolLM2's default: faster steps
-        "dataset.common_config.batch_size": 16,
+        "dataset.common_config.batch_size": 8,  # twice the steps of 16 learn more (docs/findings.md)
         "dataset.common_config.max_length": 128,
         "learning_rate": 1e-3,  # the best of a sweep on this data (docs/findings.md)
-        "eval_every": 20,
+        "eval_every": 64,
         # Greedy exact match on the numbers the dataset held out (the same split, so it follows the data).
         evaluator: NumberWordsExactMatchBuilder,
         f"{evaluator}.model_name": Reference("model_name"),

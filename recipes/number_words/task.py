@@ -9,12 +9,13 @@ examples are a third shorter, so a step is faster at the same accuracy (docs/fin
 `system_prompt=None` restores the default.
 
 American style: no "and", tens hyphenated ("seventy-two"), numbers 1 to 9999. Training and
-held-out numbers are disjoint. Training numbers are drawn with the four magnitudes (1-9, 10-99,
-100-999, 1000-9999) equally likely. Held-out numbers are drawn equally from 20-99, 100-999 and
+held-out numbers are disjoint. Held-out numbers are drawn equally from 20-99, 100-999 and
 1000-9999: the numbers 1-19 all stay in training, because each is a word of its own ("three",
 "eleven") that no other number's answer spells out alone, so a model cannot infer it; held out,
 they measure memory, not the rule. (A first run of this recipe, with them held out, lost 11
-and 13, answering "teneen".)
+and 13, answering "teneen".) Training numbers come from 1-19, 20-99, 100-999 and 1000-9999 in
+the shares 10/20/35/35 %: nineteen words are learned from a tenth of the examples, and the
+longer numbers, where the held-out mistakes are, get the most (docs/findings.md).
 
 The task's data as pure functions: the numbers, their words, the split and the prompts. The SFT
 dataset builder (`dataset.py`), the distillation prompts (`prompts.py`), the exact-match evaluator
@@ -32,7 +33,8 @@ from renderers import Message
 ONES = ("", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
         "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")
 TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
-TRAIN_MAGNITUDES = ((1, 9), (10, 99), (100, 999), (1000, 9999))
+TRAIN_MAGNITUDES = ((1, 19), (20, 99), (100, 999), (1000, 9999))
+TRAIN_SHARES = (0.1, 0.2, 0.35, 0.35)
 HELDOUT_MAGNITUDES = ((20, 99), (100, 999), (1000, 9999))
 SYSTEM_PROMPT = "Answer in words."
 
@@ -81,7 +83,7 @@ class NumberSplit:
 
 def split_numbers(num_train: int, num_heldout: int, seed: int = 0) -> NumberSplit:
     """Draw `num_heldout` distinct held-out numbers, then `num_train` training numbers (repeats
-    allowed) that avoid them, each magnitude equally likely (see the module docstring).
+    allowed) that avoid them, from `TRAIN_MAGNITUDES` in `TRAIN_SHARES` (see the module docstring).
 
     The held-out numbers are drawn first, so they depend only on `num_heldout` and `seed`.
     """
@@ -93,7 +95,7 @@ def split_numbers(num_train: int, num_heldout: int, seed: int = 0) -> NumberSpli
     excluded = set(heldout)
     train: list[int] = []
     while len(train) < num_train:
-        low, high = TRAIN_MAGNITUDES[rng.integers(len(TRAIN_MAGNITUDES))]
+        low, high = TRAIN_MAGNITUDES[rng.choice(len(TRAIN_MAGNITUDES), p=TRAIN_SHARES)]
         n = int(rng.integers(low, high + 1))
         if n not in excluded:
             train.append(n)

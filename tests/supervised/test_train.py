@@ -81,9 +81,9 @@ def test_dataset_key_picks_the_builder_and_its_defaults() -> None:
     assert config.dataset_builder.file_path == "example_data/conversations.jsonl" and config.evaluator_builders == []
     assert config.dataset_builder.common_config.model_name_for_tokenizer == "recipes/tiny-llama"
     words = config_from_argv(sl_basic.build_config(), ["dataset.num_heldout=7", "eval_every=5"])
-    assert isinstance(words.dataset, NumberWordsBuilder) and words.dataset.num_train == 2560
+    assert isinstance(words.dataset, NumberWordsBuilder) and words.dataset.num_train == 1024
     assert words.evaluator_builders[0].num_heldout == 7 and words.eval_every == 5  # the evaluator follows the data
-    assert (words.learning_rate, words.num_epochs, words.dataset.common_config.batch_size) == (1e-3, 1, 16)
+    assert (words.learning_rate, words.num_epochs, words.dataset.common_config.batch_size) == (1e-3, 1, 8)
     hub = config_from_argv(sl_cli.build_config(), ["model_name=recipes/tiny-llama", "dataset=hub", "dataset.path=HuggingFaceH4/no_robots"])
     assert isinstance(hub.dataset, HuggingFaceChatBuilder) and hub.dataset.path == "HuggingFaceH4/no_robots"
 
