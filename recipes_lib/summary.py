@@ -6,9 +6,9 @@ and W&B, and last `RunReport`. It redraws `<log_path>/metrics.png` and `<log_pat
 (recipes_lib/report.py) after evaluations (no more often than keeps drawing under `DRAW_SHARE` of
 the run's time) and at the end, and when the run gets to its end prints:
 
-    Finished runs/demo: 160 steps in m:ss, <n> tokens/s
-      train_mean_nll      2.661 -> 0.0123  (best 0.0101 at step 150)
-      test/exact_match    0 -> 0.9583
+    Finished runs/demo: 128 steps in m:ss, <n> tokens/s
+      train_mean_nll      2.242 -> 0.02185  (best 0.002712 at step 117)
+      test/exact_match    0 -> 0.9792
       final checkpoint    local://run-.../sampler_weights/final
       metrics             runs/demo/metrics.jsonl
       curves              runs/demo/metrics.png (loss (NLL per token), held-out exact match, learning rate)
