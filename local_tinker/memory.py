@@ -4,8 +4,9 @@ glibc keeps freed blocks of its heaps for reuse. Across a training step's activa
 shapes that change with every micro-batch) and a generation's KV cache, the kept and fragmented
 blocks grow a run's resident memory well past what it uses, step after step. The engine asks for
 a trim after each request (a training call, a batch of generations), which trims once resident
-memory has risen `TRIM_SLACK_BYTES` above its lowest reading since the last trim: that keeps a run
-flat, and spares small requests a trim that costs more than they do. Trimming after
+memory has risen `TRIM_SLACK_BYTES` above the level a run settled at after the last trim: that
+keeps a run flat, and leaves a run whose steps reuse the same blocks untrimmed (a trim hands a
+step's activations back, and the next step faults every page of them in again). Trimming after
 each micro-batch as well costs the next one its first-touch page faults and saves nothing; a low
 `M_MMAP_THRESHOLD` (every large tensor mapped and unmapped) costs one fault per allocation. The
 readings behind both choices are in docs/findings.md.
@@ -24,6 +25,7 @@ import ctypes.util
 import functools
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -51,18 +53,31 @@ def bound_kernel_caches() -> None:
         os.environ.setdefault(name, str(KERNEL_CACHE_ENTRIES))
 
 
-# How far resident memory may rise above its lowest reading since the last trim before the next
-# call trims. A trim walks every free block of the heap and hands its pages back, and the next
-# allocations fault them in again: after a small request (a tiny model's, a short sample) that costs
-# more than the request, for a few MB returned. A training step or a batch of generations on a real
-# model frees hundreds of MB, past this at once.
+# How far resident memory may rise above the level a run settled at before the next call trims. A
+# trim walks every free block of the heap and hands its pages back, and the next allocations fault
+# them in again: a supervised step of SmolLM2 spent a fifth of its time so when every step trimmed
+# (docs/findings.md). Steps of one run reuse the blocks the previous step freed, so their resident
+# memory stays at that level; fragmentation, new shapes or a larger request raise it past the slack.
 TRIM_SLACK_BYTES = 32 * 2**20
-_lowest_since_trim = [0]  # one process-wide reading; engines on other threads race on it harmlessly
+# The level is the highest of the first readings after a trim (or after the process started): the
+# memory a run's requests take once they are faulted in again, whatever the request in between.
+SETTLING_READINGS = 8
+
+
+@dataclass
+class _Level:
+    """One process-wide level; engines on other threads race on it harmlessly."""
+
+    settled: int = 0
+    readings_left: int = SETTLING_READINGS
+
+
+_level = _Level()
 
 
 def return_freed_memory(device: torch.device) -> None:
     """Give the host memory freed so far back to the system, when `device` computes on the CPU and
-    resident memory has risen more than `TRIM_SLACK_BYTES` above its lowest reading since the last trim."""
+    resident memory has risen `TRIM_SLACK_BYTES` above the level it settled at after the last trim."""
     if device.type != "cpu":
         return
     trim = _malloc_trim()
@@ -70,8 +85,11 @@ def return_freed_memory(device: torch.device) -> None:
         return
     resident = resident_bytes()
     if resident:  # 0 where it cannot be read: then every call trims
-        _lowest_since_trim[0] = min(_lowest_since_trim[0] or resident, resident)
-        if resident - _lowest_since_trim[0] < TRIM_SLACK_BYTES:
+        if _level.readings_left:
+            _level.settled = max(_level.settled, resident)
+            _level.readings_left -= 1
+            return
+        if resident - _level.settled < TRIM_SLACK_BYTES:
             return
     trim(0)
-    _lowest_since_trim[0] = resident_bytes()
+    _level.settled, _level.readings_left = 0, SETTLING_READINGS

@@ -114,37 +114,44 @@ def test_a_cpu_sampling_batch_keeps_to_its_byte_bound(monkeypatch: pytest.Monkey
     assert engine._row_limit(base, [short, long]) == 3  # noqa: SLF001 - the longest row decides
 
 
-def test_freed_memory_goes_back_once_resident_memory_rose_past_the_slack(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A trim only where resident memory rose `TRIM_SLACK_BYTES` or more above its lowest reading
-    since the last trim; the reading after a trim is the new lowest."""
+def test_freed_memory_goes_back_once_resident_memory_rose_past_the_level_it_settled_at(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No trim while the first `SETTLING_READINGS` readings after a trim (or the start) set the level,
+    the highest of them; then a trim where a reading is `TRIM_SLACK_BYTES` or more above it."""
     from local_tinker import memory
 
     mib = 2**20
-    readings = iter([100 * mib, 90 * mib, 121 * mib, 122 * mib, 80 * mib, 115 * mib, 112 * mib, 85 * mib])
+    monkeypatch.setattr(memory, "SETTLING_READINGS", 3)
+    monkeypatch.setattr(memory, "_level", memory._Level(readings_left=3))  # noqa: SLF001
+    settling = [100, 300, 200]  # a request's activations faulted in (300), then kept by the heap
+    steady = [290, 310, 331]  # reused: up to 31 above the level of 300, no trim
+    grown = [332]  # 32 above: trimmed
+    after_trim = [120, 280, 305, 336, 337]  # settles at 305; 336 is 31 above, 337 is 32 above: trimmed
+    readings = iter(mib * r for r in settling + steady + grown + after_trim + [150])
     trims: list[int] = []
     monkeypatch.setattr(memory, "resident_bytes", lambda: next(readings))
     monkeypatch.setattr(memory, "_malloc_trim", lambda: trims.append)
-    monkeypatch.setattr(memory, "_lowest_since_trim", [0])
     cpu = torch.device("cpu")
-    for _ in range(5):
+    for expected in [0] * 3 + [0] * 3 + [1] + [1] * 4 + [2]:
         memory.return_freed_memory(cpu)
-    # 100 (lowest 100), 90 (lowest 90), 121 (31 above: kept), 122 (32 above: trimmed, then reads 80), 115 (35 above 80: trimmed)
-    assert trims == [0, 0]
-    assert memory._lowest_since_trim == [112 * mib]  # noqa: SLF001
+        assert len(trims) == expected
+    assert trims == [0, 0] and memory._level == memory._Level(settled=0, readings_left=3)  # noqa: SLF001
     memory.return_freed_memory(torch.device("meta"))  # not the host's memory: nothing read, nothing trimmed
-    assert trims == [0, 0] and next(readings) == 85 * mib
+    assert len(trims) == 2 and next(readings) == 150 * mib
 
 
-def test_a_trim_gives_back_the_freed_blocks_inside_the_heap() -> None:
+def test_a_trim_gives_back_the_freed_blocks_inside_the_heap(monkeypatch: pytest.MonkeyPatch) -> None:
     """64 MB of 64 KB blocks freed below one that stays (so glibc cannot shrink its heap's top by
     itself): the engine's trim hands their pages back."""
+    from local_tinker import memory
     from local_tinker.budget import resident_bytes
     from local_tinker.memory import _malloc_trim, return_freed_memory
 
     if _malloc_trim() is None or resident_bytes() == 0:
         pytest.skip("glibc's malloc_trim and /proc/self/statm are Linux's")
     cpu = torch.device("cpu")
-    return_freed_memory(cpu)  # starts the count from here
+    monkeypatch.setattr(memory, "_level", memory._Level(settled=resident_bytes(), readings_left=0))  # noqa: SLF001
     blocks = [torch.ones(16 * 1024) for _ in range(1024)]  # 64 KB each, under glibc's mmap threshold
     keeper = torch.ones(16 * 1024)
     held = resident_bytes()
