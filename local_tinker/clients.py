@@ -15,6 +15,7 @@ written against the SDK runs on the embedded engine unchanged:
 import asyncio
 import dataclasses
 import functools
+import math
 import uuid
 import weakref
 from collections.abc import Callable, Mapping
@@ -43,6 +44,7 @@ from local_tinker.losses import (
     check_sequence_inputs,
     resolve_config,
 )
+from local_tinker.memory import headroom
 from local_tinker.models import local_model_names, max_context_length
 from local_tinker.optimizer import AdamState, check_adam_params
 from local_tinker.precision import DeviceName, PrecisionName
@@ -544,7 +546,7 @@ def _check_row_fits(base: BaseEntry, prompt: list[int], params: types.SamplingPa
     if budget.limit_bytes is None and needed <= MIN_FREE_BYTES * SAMPLE_MEMORY_SHARE:
         return  # fits any machine this runs on; no need to read the free memory for every request
     device = base.precision.device
-    available = budget.headroom(device)
+    available = headroom(budget, device, math.ceil(needed / SAMPLE_MEMORY_SHARE))
     if available is None or needed <= available * SAMPLE_MEMORY_SHARE:
         return
     raise DataFormatError(
@@ -572,7 +574,7 @@ def _check_training_fits(base: BaseEntry, prepared: list[PreparedDatum], budget:
         needed = sum(n * (cost.checkpointed if n > max_tokens else cost.plain) for n in lengths)
     else:
         needed = longest * cost.checkpointed if longest > max_tokens else min(sum(lengths), max_tokens) * cost.plain
-    available = budget.headroom(device)
+    available = headroom(budget, device, needed)
     if available is None or needed <= available:
         return
     raise DataFormatError(
@@ -600,7 +602,7 @@ def _check_lora_fits(base: BaseEntry, spec: adapters.LoraSpec, budget: MemoryBud
     weights = base.adapters.lora_parameter_count(spec)
     needed = weights * LORA_BYTES_PER_WEIGHT
     device = base.precision.device
-    available = budget.headroom(device)
+    available = headroom(budget, device, needed)
     if available is None or needed <= available:
         return
     largest_rank = available // (weights // spec.rank * LORA_BYTES_PER_WEIGHT)

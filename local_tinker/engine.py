@@ -13,6 +13,7 @@ import atexit
 import dataclasses
 import itertools
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -35,7 +36,7 @@ from local_tinker.budget import MemoryBudget
 from local_tinker.decoder import share_fused_storage
 from local_tinker.futures import LocalFuture
 from local_tinker.logits import check_output_head
-from local_tinker.memory import bound_kernel_caches, return_freed_memory
+from local_tinker.memory import bound_kernel_caches, headroom, return_freed_memory
 from local_tinker.models import load_base_model, own_weights, weights_label
 from local_tinker.precision import DeviceName, Precision, PrecisionName, emulation_warning, resolve_precision
 from local_tinker.sampler import SampleJob, SamplerModel, generate, row_bytes
@@ -348,7 +349,7 @@ class LocalEngine:
         longest = max(sample_row_bytes(base, job.prompt, job.params) for job in jobs)
         if device in SAMPLE_BATCH_BYTES:
             limit = min(limit, max(1, SAMPLE_BATCH_BYTES[device] // longest))
-        available = self.budget.headroom(self.precision.device)
+        available = headroom(self.budget, self.precision.device, math.ceil(limit * longest / SAMPLE_MEMORY_SHARE))
         if available is None:
             return limit
         return max(1, min(limit, int(available * SAMPLE_MEMORY_SHARE) // longest))

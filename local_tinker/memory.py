@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from local_tinker.budget import resident_bytes
+from local_tinker.budget import MemoryBudget, resident_bytes
 
 
 @functools.cache
@@ -91,5 +91,20 @@ def return_freed_memory(device: torch.device) -> None:
             return
         if resident - _level.settled < TRIM_SLACK_BYTES:
             return
+    _trim(trim)
+
+
+def headroom(budget: MemoryBudget, device: torch.device, needed: int) -> int | None:
+    """`budget.headroom(device)`, read again after a trim where it falls short of `needed` bytes: the
+    freed blocks the heap keeps for a run's next step are room too, not memory in use."""
+    available = budget.headroom(device)
+    trim = _malloc_trim() if device.type == "cpu" else None
+    if available is None or available >= needed or trim is None:
+        return available
+    _trim(trim)
+    return budget.headroom(device)
+
+
+def _trim(trim: Callable[[int], int]) -> None:
     trim(0)
     _level.settled, _level.readings_left = 0, SETTLING_READINGS

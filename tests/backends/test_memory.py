@@ -159,3 +159,27 @@ def test_a_trim_gives_back_the_freed_blocks_inside_the_heap(monkeypatch: pytest.
     return_freed_memory(cpu)
     assert held - resident_bytes() > 48 * 2**20, (held, resident_bytes())
     del keeper
+
+
+def test_a_headroom_short_of_what_is_needed_counts_the_freed_blocks_the_heap_keeps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """64 MB freed but kept by the heap (a settled run is not trimmed after each step) is room for the
+    next request: a server's budget check that the reading alone would fail trims and reads again."""
+    from local_tinker import memory
+    from local_tinker.budget import MemoryBudget, resident_bytes
+
+    if memory._malloc_trim() is None or resident_bytes() == 0:  # noqa: SLF001
+        pytest.skip("glibc's malloc_trim and /proc/self/statm are Linux's")
+    cpu, mib = torch.device("cpu"), 2**20
+    monkeypatch.setattr(memory, "_level", memory._Level(settled=2**50, readings_left=0))  # noqa: SLF001 - never trims by itself
+    blocks = [torch.ones(16 * 1024) for _ in range(1024)]  # 64 KB each, under glibc's mmap threshold
+    keeper = torch.ones(16 * 1024)
+    del blocks
+    budget = MemoryBudget(limit_bytes=resident_bytes() + 16 * mib)  # 16 MB left by the reading
+    enough = memory.headroom(budget, cpu, needed=8 * mib)
+    assert enough is not None and 8 * mib <= enough <= 17 * mib  # enough as read: nothing trimmed
+    room = memory.headroom(budget, cpu, needed=48 * mib)
+    assert room is not None and room > 48 * mib, room  # the 64 MB the heap kept, handed back
+    assert memory._level == memory._Level()  # noqa: SLF001 - and the level settles again
+    del keeper
