@@ -173,7 +173,7 @@ class FusedDecoder:
         if self._stale:
             for fused in self._all_fused():
                 fused.pack()
-            return_freed_memory(device)  # the packing's temporaries
+            return_freed_memory(device, within_request=True)  # the packing's temporaries
             self._stale = False
 
     def matmuls_alone(self, rows: int) -> Callable[[], None]:
@@ -218,7 +218,7 @@ class FusedDecoder:
             for cache in caches:  # copied: free the prefill's layer now, not after the last one
                 cache.layers[i].keys = cache.layers[i].values = None
             if large:  # and give it back, so the copy and the prefill's cache never add up
-                return_freed_memory(first.device)
+                return_freed_memory(first.device, within_request=True)
         self.mask = mask_R_W.bool()
         self.length = width
 

@@ -73,18 +73,29 @@ class _Level:
 
 
 _level = _Level()
+_lowest_since_trim = [0]  # for calls within a request
 
 
-def return_freed_memory(device: torch.device) -> None:
+def return_freed_memory(device: torch.device, within_request: bool = False) -> None:
     """Give the host memory freed so far back to the system, when `device` computes on the CPU and
-    resident memory has risen `TRIM_SLACK_BYTES` above the level it settled at after the last trim."""
+    resident memory has risen `TRIM_SLACK_BYTES` above the level it settled at after the last trim.
+
+    `within_request`: a request's own call, between the parts of one long piece of work (the layers
+    of a checkpointed datum, prefill chunks, a large KV cache's layers), whose memory must not add up
+    part after part: it trims once resident memory has risen the slack above its lowest reading
+    since the last trim, settled level or not.
+    """
     if device.type != "cpu":
         return
     trim = _malloc_trim()
     if trim is None:
         return
     resident = resident_bytes()
-    if resident:  # 0 where it cannot be read: then every call trims
+    if resident and within_request:
+        _lowest_since_trim[0] = min(_lowest_since_trim[0] or resident, resident)
+        if resident - _lowest_since_trim[0] < TRIM_SLACK_BYTES:
+            return
+    elif resident:  # 0 where it cannot be read: then every call trims
         if _level.readings_left:
             _level.settled = max(_level.settled, resident)
             _level.readings_left -= 1
@@ -108,3 +119,4 @@ def headroom(budget: MemoryBudget, device: torch.device, needed: int) -> int | N
 def _trim(trim: Callable[[int], int]) -> None:
     trim(0)
     _level.settled, _level.readings_left = 0, SETTLING_READINGS
+    _lowest_since_trim[0] = resident_bytes()

@@ -342,7 +342,7 @@ def _prefill(
         lasts.append(out.last_hidden_state[:, -1].clone())
         del out
         if len(prompts) > chunk:  # the chunk's activations back to the system before the next one's
-            return_freed_memory(precision.device)
+            return_freed_memory(precision.device, within_request=True)
     # The head on a 2-D tensor: on the 3-D `[:, -1:]` view (`logits_to_keep=1`) torch's matmul
     # copies the head weight once per prompt.
     last_P_D = torch.cat(lasts)

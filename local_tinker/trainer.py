@@ -277,7 +277,7 @@ def _without_remaking(forward: Callable[..., Any], hidden: torch.Tensor, *args: 
         out = forward(hidden, *args, **kwargs)
     # The layer's temporaries are free now; glibc would keep them beside the inputs the next layers
     # keep, and the heap would grow by about a layer's activations per layer.
-    return_freed_memory(hidden.device)
+    return_freed_memory(hidden.device, within_request=True)
     return out
 
 

@@ -126,8 +126,8 @@ def test_freed_memory_goes_back_once_resident_memory_rose_past_the_level_it_sett
     monkeypatch.setattr(memory, "_level", memory._Level(readings_left=3))  # noqa: SLF001
     settling = [100, 300, 200]  # a request's activations faulted in (300), then kept by the heap
     steady = [290, 310, 331]  # reused: up to 31 above the level of 300, no trim
-    grown = [332]  # 32 above: trimmed
-    after_trim = [120, 280, 305, 336, 337]  # settles at 305; 336 is 31 above, 337 is 32 above: trimmed
+    grown = [332, 110]  # 32 above: trimmed (then read again: the lowest for calls within a request)
+    after_trim = [120, 280, 305, 336, 337, 115]  # settles at 305; 336 is 31 above, 337 is 32 above: trimmed
     readings = iter(mib * r for r in settling + steady + grown + after_trim + [150])
     trims: list[int] = []
     monkeypatch.setattr(memory, "resident_bytes", lambda: next(readings))
@@ -137,8 +137,31 @@ def test_freed_memory_goes_back_once_resident_memory_rose_past_the_level_it_sett
         memory.return_freed_memory(cpu)
         assert len(trims) == expected
     assert trims == [0, 0] and memory._level == memory._Level(settled=0, readings_left=3)  # noqa: SLF001
+    assert memory._lowest_since_trim == [115 * mib]  # noqa: SLF001
     memory.return_freed_memory(torch.device("meta"))  # not the host's memory: nothing read, nothing trimmed
     assert len(trims) == 2 and next(readings) == 150 * mib
+
+
+def test_calls_within_a_request_trim_past_the_lowest_reading_since_the_last_trim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between the parts of one request (a checkpointed datum's layers, prefill chunks) a call trims
+    once resident memory rose `TRIM_SLACK_BYTES` above its lowest reading since the last trim, while
+    the level a run settles at is still being read or not: the parts' memory must not add up."""
+    from local_tinker import memory
+
+    mib = 2**20
+    monkeypatch.setattr(memory, "_level", memory._Level(readings_left=3))  # noqa: SLF001 - still settling
+    monkeypatch.setattr(memory, "_lowest_since_trim", [0])
+    # 250 (lowest), 270 (20 above), 283 (33 above: trimmed, then reads 150), 170 (20 above 150)
+    readings = iter(mib * r for r in [250, 270, 283, 150, 170])
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "resident_bytes", lambda: next(readings))
+    monkeypatch.setattr(memory, "_malloc_trim", lambda: trims.append)
+    for expected in [0, 0, 1, 1]:
+        memory.return_freed_memory(torch.device("cpu"), within_request=True)
+        assert len(trims) == expected
+    assert memory._lowest_since_trim == [150 * mib] and memory._level == memory._Level()  # noqa: SLF001 - settling again
 
 
 def test_a_trim_gives_back_the_freed_blocks_inside_the_heap(monkeypatch: pytest.MonkeyPatch) -> None:
