@@ -346,19 +346,26 @@ def _outcome(output: bytearray, stopped: StopReason | None, report: _Report,
 
 
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(Error|Exception)\b")
-# The last line of a traceback that a limit causes, and the limit.
+# What the last line of a traceback that a limit causes holds, and the limit. Searched for anywhere in
+# a line: under `-u` a traceback's last line is written in pieces (the exception's name, then ": ",
+# then its message), so several processes failing at once can split "BlockingIOError" from its
+# "[Errno 11] ..." or glue it to another process's line.
 _LIMIT_ERRORS = (
     (re.compile(r"MemoryError\b"), StopReason.MEMORY),
-    (re.compile(r"BlockingIOError: \[Errno 11\]|RuntimeError: can't start new thread"), StopReason.PROCESSES),
-    (re.compile(r"OSError: \[Errno 28\]"), StopReason.DISK),
+    (re.compile(r"\[Errno 11\] Resource temporarily unavailable|can't start new thread"), StopReason.PROCESSES),
+    (re.compile(r"\[Errno 28\] No space left on device"), StopReason.DISK),
 )
 
 
 def _limit_raised(output: str) -> StopReason | None:
     """The limit behind the exception the program ended with, if any: read from the last line that
-    names an exception (not simply the last line: the tracebacks of several processes interleave)."""
-    last = next((line for line in reversed(output.splitlines()) if _EXCEPTION_LINE.match(line)), "")
-    return next((reason for pattern, reason in _LIMIT_ERRORS if pattern.match(last)), None)
+    names an exception or a limit's error (not simply the last line: the tracebacks of several
+    processes interleave)."""
+    for line in reversed(output.splitlines()):
+        reason = next((reason for pattern, reason in _LIMIT_ERRORS if pattern.search(line)), None)
+        if reason is not None or _EXCEPTION_LINE.match(line):
+            return reason
+    return None
 
 
 def describe(outcome: SandboxOutcome, limits: SandboxLimits) -> str:

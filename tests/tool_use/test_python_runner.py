@@ -26,6 +26,7 @@ from tool_use.python_runner import (
     SandboxLimits,
     SandboxOutcome,
     StopReason,
+    _limit_raised,
     describe,
     run_sandboxed,
     sandbox_problem,
@@ -99,9 +100,32 @@ def test_a_fork_bomb_fails_its_forks_and_leaves_no_process() -> None:
     outcome = run("import os\nwhile True: os.fork()", limits)
     assert time.monotonic() - start < LIMITS.wall_s  # stopped by the process limit, not the clock
     assert outcome.stopped == StopReason.PROCESSES, outcome
-    assert "BlockingIOError: [Errno 11]" in outcome.output
+    assert "[Errno 11] Resource temporarily unavailable" in outcome.output
     assert "process limit of 8 processes and threads reached" in describe(outcome, limits)
     assert sandbox_processes() == []
+
+
+@pytest.mark.parametrize(("output", "stopped"), [
+    # One process's traceback: its last line names the exception and the errno.
+    ("Traceback (most recent call last):\n  File \"/work/main.py\", line 2, in <module>\n"
+     "BlockingIOError: [Errno 11] Resource temporarily unavailable\n", StopReason.PROCESSES),
+    # Several at once, written in pieces under `python -u` (seen in CI): the name and the message of
+    # the last line landed apart.
+    ("Traceback (most recent call last):\nTraceback (most recent call last):\nBlockingIOError"
+     "BlockingIOError: [Errno 11] Resource temporarily unavailable\n: [Errno 11] Resource temporarily "
+     "unavailable\n", StopReason.PROCESSES),
+    ("Traceback (most recent call last):\nRuntimeError: can't start new thread\n", StopReason.PROCESSES),
+    ("Traceback (most recent call last):\nMemoryError\n", StopReason.MEMORY),
+    ("Traceback (most recent call last):\nOSError: [Errno 28] No space left on device\n", StopReason.DISK),
+    # A limit's error caught, then another exception raised: the program did not end by the limit.
+    ("BlockingIOError: [Errno 11] Resource temporarily unavailable\nTraceback (most recent call last):\n"
+     "ValueError: bad input\n", None),
+    ("Traceback (most recent call last):\nKeyError: 'x'\n", None),
+    ("no traceback at all\n", None),
+])
+def test_the_limit_behind_an_exit_is_read_from_its_last_error_line(output: str,
+                                                                    stopped: StopReason | None) -> None:
+    assert _limit_raised(output) == stopped
 
 
 @needs_sandbox
