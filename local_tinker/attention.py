@@ -1,4 +1,4 @@
-"""Attention of bf16 models on a CPU, computed in fp64 so that every path rounds it alike.
+"""Attention of bf16 models, computed in fp64 so that every path rounds it alike, on a CPU or a GPU.
 
 The trainer and the scorer attend over whole sequences; the sampler's decode step attends with one
 query at a time. In fp32 those kernels order their sums differently (by query count, by sequence
@@ -7,6 +7,8 @@ differ in the last bits, and now and then that decides which way the output roun
 such flip can move the log-probs that follow far past 1e-4, so sampler and trainer would disagree
 on some machines and by chance. In fp64 the same kernel differences lie ~29 bits below bf16's rounding
 step: every path gives the same bf16 output, on every CPU (the ISA suite, `make test-isa`, checks).
+On a GPU the model's own bf16 kernels (flash, memory-efficient) differ from the decode step's the
+same way, so there too bf16 models attend in fp64 (tests/backends/test_cuda.py checks).
 
 Only the forward pass is fp64. The backward pass recomputes the fp32 attention from the saved bf16
 q, k and v and differentiates that (gradients need agree with nothing bit for bit), so the only
@@ -26,7 +28,7 @@ ATTENTION_DTYPE = torch.float64  # what bf16 models attend in, on every path (th
 
 
 def attention_dtype(model_dtype: torch.dtype) -> torch.dtype:
-    """The dtype a model of `model_dtype` attends in on a CPU: fp32 stays fp32, bf16 and fp16 go to fp64."""
+    """The dtype a model of `model_dtype` attends in: fp32 stays fp32, bf16 and fp16 go to fp64."""
     return torch.float32 if model_dtype == torch.float32 else ATTENTION_DTYPE
 
 

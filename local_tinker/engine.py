@@ -219,8 +219,10 @@ class LocalEngine:
                     # The base is frozen, so it needs no fp32 master copy: storing it in the compute
                     # dtype saves autocast's per-step weight casts and half the memory.
                     model.to(self.precision.autocast)
-                    if self.precision.device.type == "cpu":
-                        use_exact_attention(model)
+                    # On a GPU too: there the model's own bf16 attention kernels (flash, memory-
+                    # efficient) round unlike the fused decode step's, and sampled log-probs then
+                    # missed the scorer's by far more than tests/backends/test_cuda.py allows.
+                    use_exact_attention(model)
                 keep_fewer_activations(model)  # bitwise the same gradients, fewer bytes kept
                 # Trainer, scorer and sampler must all see the logits of the model's own forward.
                 check_output_head(model, name)

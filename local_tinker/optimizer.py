@@ -102,7 +102,8 @@ class AdamState:
         for name, param in zip(self.names, self.params):
             if f"{name}::exp_avg" in tensors:
                 self.optimizer.state[param] = {
-                    "step": tensors[f"{name}::step"].reshape(()).clone(),
+                    # On the parameter's device: the fused kernel takes every state tensor from there.
+                    "step": tensors[f"{name}::step"].reshape(()).to(param.device).clone(),
                     "exp_avg": tensors[f"{name}::exp_avg"].to(param.device).clone(),
                     "exp_avg_sq": tensors[f"{name}::exp_avg_sq"].to(param.device).clone(),
                 }

@@ -41,25 +41,36 @@ def alternating_self_timed(steps: Mapping[str, Callable[[], float]], repeats: in
 
 
 def wall_clock(fn: Callable[[], object]) -> Callable[[], float]:
-    """`fn` as a step that returns its own wall-clock seconds."""
+    """`fn` as a step that returns its own wall-clock seconds; on a GPU, until the work it queued is done."""
 
     def timed() -> float:
+        _wait_for_gpu()
         start = time.perf_counter()
         fn()
+        _wait_for_gpu()
         return time.perf_counter() - start
 
     return timed
 
 
-def matmul_peak(dtype: torch.dtype, repeats: int = 5, quick: bool = False) -> float:
-    """Best median GFLOP/s over model-shaped and square GEMMs (`quick`: one small shape, for tests)."""
+def _wait_for_gpu() -> None:
+    """Wait for every kernel queued on the GPU, from any thread (the engine's included); nothing on a CPU."""
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def matmul_peak(dtype: torch.dtype, repeats: int = 5, quick: bool = False, device: str = "cpu") -> float:
+    """Best median GFLOP/s over model-shaped and square GEMMs (`quick`: one small shape, for tests);
+    on a GPU, also a large square one, and a thousand times the work per timed call."""
     shapes = [(64, 64, 64)] if quick else [(1024, 576, 1536), (1024, 1536, 576), (1024, 1024, 1024),
                                             (2048, 2048, 2048)]
+    shapes += [(8192, 8192, 8192)] if device == "cuda" and not quick else []
+    flops_per_call = 2e12 if device == "cuda" else 2e9
     best = 0.0
     for m, k, n in shapes:
-        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
-        out = torch.empty(m, n, dtype=dtype)
-        calls = 1 if quick else max(1, int(2e9 / (2 * m * k * n)))
+        a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
+        out = torch.empty(m, n, dtype=dtype, device=device)
+        calls = 1 if quick else max(1, int(flops_per_call / (2 * m * k * n)))
 
         def run(a: torch.Tensor = a, b: torch.Tensor = b, out: torch.Tensor = out, calls: int = calls) -> None:
             for _ in range(calls):
@@ -69,10 +80,17 @@ def matmul_peak(dtype: torch.dtype, repeats: int = 5, quick: bool = False) -> fl
     return best
 
 
-def memory_bandwidth(repeats: int = 5, quick: bool = False) -> float:
-    """GB/s reading a 512 MiB tensor (a sum); 4 MiB when `quick`."""
-    x = torch.ones((1 if quick else 128) * 1024 * 1024, dtype=torch.float32)
-    return x.numel() * 4 / median_seconds(lambda: x.sum(), repeats) / 1e9
+def memory_bandwidth(repeats: int = 5, quick: bool = False, device: str = "cpu") -> float:
+    """GB/s reading a 512 MiB tensor (a sum); 4 MiB when `quick`. A GPU reads it 20 times per timed
+    call, so that the call is not mostly its launch."""
+    x = torch.ones((1 if quick else 128) * 1024 * 1024, dtype=torch.float32, device=device)
+    reads = 20 if device == "cuda" else 1
+
+    def read() -> None:
+        for _ in range(reads):
+            x.sum()
+
+    return reads * x.numel() * 4 / median_seconds(read, repeats) / 1e9
 
 
 MATMUL_OPS = frozenset({torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
@@ -136,7 +154,7 @@ def weight_bytes(model: torch.nn.Module, dtype: torch.dtype) -> int:
 
 
 def decode_matmuls_tok_s(model_name: str, dtype: torch.dtype, repeats: int = 5, rows: int = 8,
-                         steps: int = 10) -> float | None:
+                         steps: int = 10, device: str = "cpu") -> float | None:
     """Tokens/s of decoding `rows` sequences if a decode step were nothing but its matmuls: the
     engine's fused step (`FusedDecoder.matmuls_alone`) on the base model in `dtype`, weights packed as
     it packs them; None where the fused step does not support the model.
@@ -146,7 +164,7 @@ def decode_matmuls_tok_s(model_name: str, dtype: torch.dtype, repeats: int = 5, 
     how much: no sampler built on these matmuls decodes faster.
     """
     model: Any = load_base_model(model_name)
-    model.to(dtype)  # as the engine stores a frozen base
+    model.to(device, dtype)  # as the engine stores a frozen base
     if not supports(model):
         return None
     matmuls = FusedDecoder(model).matmuls_alone(rows)

@@ -10,16 +10,17 @@ from local_tinker.models import load_base_model
 from local_tinker.tokenizers import get_tokenizer
 
 
-def peft_loop_step(model_name: str, precision: str) -> Callable[[], None]:
+def peft_loop_step(model_name: str, precision: str, device: str = "cpu") -> Callable[[], None]:
     """The straightforward peft loop: full-logits loss through `labels`, AdamW, 8 x 128, LoRA incl. lm_head."""
     from peft import LoraConfig, get_peft_model
 
     model = get_peft_model(load_base_model(model_name), LoraConfig(
         r=32, lora_alpha=32, lora_dropout=0.0, task_type="CAUSAL_LM",
         target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]))
+    model.to(device)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
-    tokens = torch.tensor(random_batch().tokens_S)[:, :-1]
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16")
+    tokens = torch.tensor(random_batch().tokens_S, device=device)[:, :-1]
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bfloat16")
 
     def step() -> None:
         with autocast:
@@ -31,14 +32,14 @@ def peft_loop_step(model_name: str, precision: str) -> Callable[[], None]:
     return step
 
 
-def hf_generate_run(model_name: str, precision: str) -> Callable[[], None]:
+def hf_generate_run(model_name: str, precision: str, device: str = "cpu") -> Callable[[], None]:
     """HF `generate` on the base model (what a merged adapter costs): 8 prompts x 64 tokens."""
     dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
     model: Any = load_base_model(model_name)
-    model.to(dtype)
+    model.to(device, dtype)
     tokenizer = get_tokenizer(model_name)
     tokenizer.padding_side = "left"
-    batch = tokenizer(list(SAMPLING_PROMPTS), return_tensors="pt", padding=True)
+    batch = tokenizer(list(SAMPLING_PROMPTS), return_tensors="pt", padding=True).to(device)
 
     def run() -> None:
         with torch.inference_mode():

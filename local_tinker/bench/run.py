@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 FAILED = "failed"
 T = TypeVar("T")
 DEFAULT_TRL_SETTINGS = ("fp32_sdpa", "fp32_eager", "bf16_sdpa", "bf16_eager", "bf16_padding_free")
+CPU_ONLY = ("trl", "ct2_generate")  # groups whose peers this bench runs on the CPU only
 
 
 @chz.chz
@@ -54,6 +55,10 @@ class BenchConfig:
     threads: int | None = None
     # Small sizes for tests: tiny matmul/bandwidth probes, one RL iteration; figures mean nothing.
     quick: bool = False
+    # Where the engine and the peers run. cuda: the GPU's matmul peak and memory read replace the CPU's,
+    # and the rows that exist for CPUs only are skipped, saying so (TRL and CTranslate2 here, and the
+    # matmuls timed inside a step, which a GPU runs asynchronously).
+    device: Literal["cpu", "cuda"] = "cpu"
 
     @chz.validate
     def _check(self) -> None:
@@ -62,6 +67,8 @@ class BenchConfig:
         unknown = sorted(set(self.trl_settings) - set(trl_peer.TRL_SETTINGS))
         if unknown:
             raise ConfigurationError(f"unknown trl_settings {unknown}; known: {sorted(trl_peer.TRL_SETTINGS)}")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigurationError("device=cuda was asked for, but torch sees no CUDA GPU here; use device=cpu")
 
 
 def group_names(config: BenchConfig) -> list[str]:
@@ -84,6 +91,8 @@ def run_group(config: BenchConfig, name: str) -> report.GroupResult:
         torch.set_num_threads(config.threads)
     if kind == "machine":
         return report.GroupResult(name, _machine(config))
+    if kind in CPU_ONLY and config.device != "cpu":
+        return report.GroupResult(name, {}, notes=[f"measured on the CPU only; skipped on device={config.device}"])
     if kind == "trl":
         return _trl(config, precision)
     if kind == "ct2_generate":
@@ -97,38 +106,41 @@ def _machine(config: BenchConfig) -> dict[str, float]:
                "params": float(sum(p.numel() for p in model.parameters()))}
     del model  # each ceiling below loads its own copy
     repeats = 1 if config.quick else 5
+    device = config.device
     figures |= {"threads": float(torch.get_num_threads()),
-                "peak_gflop_s_float32": machine.matmul_peak(torch.float32, repeats, config.quick),
-                "peak_gflop_s_bfloat16": machine.matmul_peak(torch.bfloat16, repeats, config.quick),
-                "bandwidth_gb_s": machine.memory_bandwidth(repeats, config.quick)}
+                "peak_gflop_s_float32": machine.matmul_peak(torch.float32, repeats, config.quick, device),
+                "peak_gflop_s_bfloat16": machine.matmul_peak(torch.bfloat16, repeats, config.quick, device),
+                "bandwidth_gb_s": machine.memory_bandwidth(repeats, config.quick, device)}
     for precision in config.precisions:
-        tok_s = machine.decode_matmuls_tok_s(config.model, getattr(torch, precision), repeats)
+        tok_s = machine.decode_matmuls_tok_s(config.model, getattr(torch, precision), repeats, device=device)
         figures |= {} if tok_s is None else {f"decode_matmuls_tok_s_{precision}": tok_s}
     return figures
 
 
-def _service(precision: str) -> ServiceClient:
-    return ServiceClient(precision=precision, device="cpu")  # type: ignore[arg-type]
+def _service(config: BenchConfig, precision: str) -> ServiceClient:
+    return ServiceClient(precision=precision, device=config.device)  # type: ignore[arg-type]
 
 
 def _engine_train(config: BenchConfig, precision: str) -> dict[str, float]:
-    service, all_weighted, masked = _service(precision), random_batch(), random_batch(loss_fraction=0.25)
+    service, all_weighted, masked = _service(config, precision), random_batch(), random_batch(loss_fraction=0.25)
     all_step = workloads.training_step(service, config.model, all_weighted)
     seconds = machine.alternating_seconds({"all": all_step,
                                            "masked": workloads.training_step(service, config.model, masked)},
                                           config.repeats)
-    return {"train_tok_s": all_weighted.predicted_tokens / seconds["all"],
-            "train_masked_tok_s": masked.predicted_tokens / seconds["masked"],
-            "train_matmuls_tok_s": all_weighted.predicted_tokens / _matmul_seconds(config, precision, all_step)}
+    figures = {"train_tok_s": all_weighted.predicted_tokens / seconds["all"],
+               "train_masked_tok_s": masked.predicted_tokens / seconds["masked"]}
+    if config.device == "cpu":  # a GPU's matmuls run after their launch: timing the launch says nothing
+        figures["train_matmuls_tok_s"] = all_weighted.predicted_tokens / _matmul_seconds(config, precision, all_step)
+    return figures
 
 
 def _matmul_seconds(config: BenchConfig, precision: str, step: Callable[[], object]) -> float:
     """Seconds of `step`'s matmuls, timed on the engine's thread (at most 3 timed calls: each is a whole step)."""
-    return machine.matmul_seconds(step, min(3, config.repeats), on_thread=_engine_thread(precision))
+    return machine.matmul_seconds(step, min(3, config.repeats), on_thread=_engine_thread(precision, config.device))
 
 
 def _engine_sample(config: BenchConfig, precision: str) -> dict[str, float]:
-    service = _service(precision)
+    service = _service(config, precision)
     seconds = machine.alternating_seconds({
         "sample_8_prompts": workloads.sampling_run(service, config.model, shared_prompt=False),
         "sample_1_prompt_x8": workloads.sampling_run(service, config.model, shared_prompt=True),
@@ -137,23 +149,24 @@ def _engine_sample(config: BenchConfig, precision: str) -> dict[str, float]:
 
 
 def _rl_batch(config: BenchConfig, precision: str) -> dict[str, float]:
-    figures = workloads.rl_batch(_service(precision), config.model, iterations=1 if config.quick else config.repeats)
+    figures = workloads.rl_batch(_service(config, precision), config.model,
+                                 iterations=1 if config.quick else config.repeats)
     return {"rl_batch_tok_s": figures.tok_s, "rl_batch_s": figures.seconds_per_batch,
             "rl_batch_tokens": figures.tokens_per_batch}
 
 
 def _peft_loop(config: BenchConfig, precision: str) -> dict[str, float]:
-    return {"peer_train_tok_s": 8 * 128 / machine.median_seconds(peers.peft_loop_step(config.model, precision),
-                                                                   config.repeats)}
+    step = peers.peft_loop_step(config.model, precision, config.device)
+    return {"peer_train_tok_s": 8 * 128 / machine.median_seconds(step, config.repeats)}
 
 
 def _hf_generate(config: BenchConfig, precision: str) -> dict[str, float]:
-    return {"peer_sample_tok_s": 8 * 64 / machine.median_seconds(peers.hf_generate_run(config.model, precision),
-                                                                   config.repeats)}
+    run = peers.hf_generate_run(config.model, precision, config.device)
+    return {"peer_sample_tok_s": 8 * 64 / machine.median_seconds(run, config.repeats)}
 
 
 def _server(config: BenchConfig, precision: str) -> dict[str, float]:
-    return bench_server(_service(precision), config.model, precision, config.repeats)
+    return bench_server(_service(config, precision), config.model, precision, config.repeats, config.device)
 
 
 _GROUPS: dict[str, Callable[[BenchConfig, str], dict[str, float]]] = {
@@ -166,13 +179,13 @@ def _trl(config: BenchConfig, precision: str) -> report.GroupResult:
     batches = {"number_words": number_words_batch(get_tokenizer(config.model), bench_numbers()),
                "random_8x128": random_batch()}
     missing = trl_peer.trl_missing()
-    service, figures = _service(precision), dict[str, float]()
+    service, figures = _service(config, precision), dict[str, float]()
     for workload, batch in batches.items():
         engine_step = workloads.training_step(service, config.model, batch, train_unembed=False)
         steps = {"engine": machine.wall_clock(engine_step)}
         if missing is None:  # each TRL step on the engine's thread, so both use the same thread and cores
             steps |= {f"trl/{workload}/{name}": _on_engine_thread(
-                precision, trl_peer.trl_step(config.model, batch, trl_peer.TRL_SETTINGS[name]))
+                precision, config.device, trl_peer.trl_step(config.model, batch, trl_peer.TRL_SETTINGS[name]))
                       for name in config.trl_settings}
         seconds = machine.alternating_self_timed(steps, config.repeats)
         figures |= {("engine_" + workload + "_tok_s" if key == "engine" else key): batch.predicted_tokens / value
@@ -196,15 +209,15 @@ def _ct2_generate(config: BenchConfig, precision: str) -> report.GroupResult:
                                      for compute_type, value in seconds.items()}, notes=notes)
 
 
-def _on_engine_thread(precision: str, step: Callable[[], float]) -> Callable[[], float]:
+def _on_engine_thread(precision: str, device: str, step: Callable[[], float]) -> Callable[[], float]:
     """`step` run by the local engine's serving thread (the main thread when the group is hosted)."""
-    run_there = _engine_thread(precision)
+    run_there = _engine_thread(precision, device)
     return lambda: run_there(step)
 
 
-def _engine_thread(precision: str) -> Callable[[Callable[[], T]], T]:
+def _engine_thread(precision: str, device: str) -> Callable[[Callable[[], T]], T]:
     """A function that runs its argument on the local engine's serving thread and returns its result."""
-    engine = get_engine(precision, "cpu")  # type: ignore[arg-type]
+    engine = get_engine(precision, device)  # type: ignore[arg-type]
     return lambda fn: engine.call(fn).result()
 
 
@@ -232,7 +245,8 @@ def main(argv: Sequence[str] | None = None) -> list[report.GroupResult]:
     for name in group_names(config):
         logger.info("bench: %s", name)
         groups.append(run_isolated(config, name, argv) if config.isolate else run_group(config, name))
-        print(f"done: {name}", flush=True)
+        # The raw figures as they come: a run cut short keeps those of the groups it finished.
+        print(f"done: {name} {json.dumps(groups[-1].figures)}", flush=True)
     descriptions = {key: setting.description for key, setting in trl_peer.TRL_SETTINGS.items()}
     print(report.format_table(groups, descriptions))
     if config.json_path:

@@ -7,7 +7,7 @@ from local_tinker.bench.machine import alternating_seconds
 from local_tinker.bench.workloads import sampling_run, training_step
 
 
-def bench_server(local: Any, model: str, precision: str, repeats: int) -> dict[str, float]:
+def bench_server(local: Any, model: str, precision: str, repeats: int, device: str = "cpu") -> dict[str, float]:
     """Training and sampling through the SDK and `local_tinker.server` (in a thread of this process,
     on the same engine), each timed alternately with the same work in-process, so the ratio is the
     cost of the SDK + HTTP layer and not of whatever else the machine was doing."""
@@ -16,7 +16,7 @@ def bench_server(local: Any, model: str, precision: str, repeats: int) -> dict[s
     from local_tinker.server.serve import ServerConfig, ThreadedServer, free_port
 
     config = ServerConfig(port=free_port(), api_key="tml-bench-key-0000000000", precision=precision,  # type: ignore[arg-type]
-                          device="cpu")
+                          device=device)  # type: ignore[arg-type]
     batch = random_batch()
     with ThreadedServer(config) as server:
         served = tinker.ServiceClient(base_url=server.url, api_key=server.api_key)
