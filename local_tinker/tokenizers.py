@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -105,9 +106,14 @@ def _load_smollm2() -> Tokenizer:
         return AutoTokenizer.from_pretrained(SMOLLM2_NAME)
     logger.info("Reading the SmolLM2 tokenizer from %s (once; cached under %s)", gguf, cached)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    tmp = cached.with_name(cached.name + ".tmp")
+    # A folder of this process's own, renamed into place: two processes converting at once (the test
+    # workers) neither write into one folder nor leave theirs behind.
+    tmp = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
     tokenizer.save_pretrained(str(tmp))
-    tmp.replace(cached) if not cached.exists() else None
+    try:
+        tmp.replace(cached)
+    except OSError:  # the other process's folder is already in place (rename onto a non-empty folder)
+        shutil.rmtree(tmp, ignore_errors=True)
     return tokenizer
 
 

@@ -22,7 +22,9 @@ and bf16 autocast:
   skipped, saying so);
 - with `server=True`: the same training and sampling through the official `tinker` SDK against
   `local_tinker.server`, timed alternately with the in-process calls;
-- peak RSS of each workload group, each run in a process of its own (`isolate=True`).
+- peak RSS of each workload group, each run in a process of its own (`isolate=True`);
+- with `device=cuda`: the engine and the peft/`generate` peers on the GPU, against the GPU's peak
+  and memory read (the CPU-only rows are skipped, saying so).
 
 Run: `python -m local_tinker.bench [repeats=5] [precisions=float32,bfloat16] [server=True]
 [trl_settings=bf16_sdpa,bf16_padding_free] [json_path=out.json]`. Medians over repeats after one

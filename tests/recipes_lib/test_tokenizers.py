@@ -88,3 +88,30 @@ def test_a_registered_model_ends_its_turns_as_the_registry_says(name: str) -> No
     """The engine's tokenizers tell chat models by name (and a short table); the registry is the truth."""
     chat_ends = {"<|im_end|>", "<|eot_id|>"}
     assert (get_tokenizer(name).eos_token in chat_ends) == get_model_attributes(name).is_chat
+
+
+def test_a_smollm2_conversion_that_loses_the_race_leaves_no_folder_behind(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes converting the GGUF's tokenizer at once: the second finds the first's folder in
+    place when it renames its own, keeps the tokenizer it made, and removes its folder."""
+    from local_tinker import tokenizers
+
+    shared = get_tokenizer(tokenizers.SMOLLM2_NAME)  # from this session's cache, before the home moves
+    monkeypatch.setenv("RECIPES_HOME", str(tmp_path))
+    cached = tokenizers._cache_dir(tokenizers.SMOLLM2_NAME)
+    real_replace = Path.replace
+
+    def first_process_wins(self: Path, target: Path) -> Path:  # the other process renames first
+        Path(target).mkdir(parents=True, exist_ok=True)
+        (Path(target) / "placed-by-the-other-process").write_text("")
+        return real_replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", first_process_wins)
+    from transformers import AutoTokenizer
+
+    # The GGUF's tokenizer as read before (reading it again takes seconds): what is under test is the folder.
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda *args, gguf_file: shared)
+    tokenizer = tokenizers._load_smollm2()
+    assert tokenizer.encode("Hello, twelve") == shared.encode("Hello, twelve") != []
+    assert sorted(p.name for p in cached.parent.iterdir()) == [cached.name]  # no *.tmp folder left
+    assert [p.name for p in cached.iterdir()] == ["placed-by-the-other-process"]
