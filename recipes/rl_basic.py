@@ -30,11 +30,8 @@ def build_config() -> chz.Blueprint[train_cli.Config]:
         "learning_rate": 1e-4,
         "max_tokens": 16,  # "A + B = C" and the end of turn fit; a rambling answer is cut off
         "eval_every": 20,
-        # On-policy RL wants the sampler's log-probs to equal the trainer's. In fp32 they agree
-        # exactly (optim/kl_sample_train_v1 = 0); bf16 on CPU samples no faster here and its fused
-        # attention rounds a one-token decode step differently from a full forward, which puts
-        # +-0.01 of noise into the KL metrics.
-        "backend.precision": "float32",
+        # `backend.precision` stays `auto`: bf16 where it is native (the sampler's log-probs equal the
+        # trainer's there too, so optim/kl_sample_train_v1 stays near 0), fp32 elsewhere.
         "temperature": 1.0,
         "remove_constant_reward_groups": True,  # they have zero advantage: skip their compute
         "save_every": 20,
