@@ -51,6 +51,9 @@ T = TypeVar("T")
 COALESCE_QUIET_S = 0.01
 COALESCE_MAX_S = 0.1  # ... but never longer than this in total (docs/findings.md)
 MAX_SAMPLE_ROWS = {"cpu": 64, "cuda": 512}
+# Generations after at least this many calls in a row are an evaluation inside a run of training
+# (a supervised run's held-out samples), not RL's sampling, which comes every few calls.
+EVALUATION_AFTER_CALLS = 8
 SAMPLE_MEMORY_SHARE = 0.5  # of the free memory, the most a batch of sampled rows may take at its longest
 # On a CPU, also at most this much for one batch's KV cache and logits at their longest, as training
 # keeps to its activation budget: long multi-turn prompts decode in a few batches instead of one
@@ -139,6 +142,8 @@ class LocalEngine:
         self._released = False  # the main thread is asked to stop serving (the engine lives on)
         self._interrupted = False  # Ctrl-C: new requests fail at once, until `recover`
         self._cut_short = 0  # requests the serving thread was running when Ctrl-C reached it
+        self._calls_in_a_row = 0  # calls (training, saving, ...) since the last generations
+        self._after_evaluation = False  # generations came after a long run of calls: see `_run`
         self._worker: threading.Thread | None = None
         if not main_thread.adopt(self):
             self.ensure_worker()
@@ -264,9 +269,16 @@ class LocalEngine:
                 if call is not None:
                     for base in list(self._bases.values()):
                         base.sampler.release()  # e.g. its fp32 packed weights, while training runs
-                    return_freed_memory(self.precision.device)
+                    # After an evaluation inside a run of training, the heap keeps what its sampling
+                    # freed, and the level training then settles at would take that in for the rest
+                    # of the run: hand it back first (RL's alternation of a few calls and a
+                    # sampling batch never counts as one).
+                    return_freed_memory(self.precision.device, settle_afresh=self._after_evaluation)
+                    self._after_evaluation, self._calls_in_a_row = False, self._calls_in_a_row + 1
                     _resolve(call.future, call.fn)
                 elif generations:
+                    self._after_evaluation |= self._calls_in_a_row >= EVALUATION_AFTER_CALLS
+                    self._calls_in_a_row = 0
                     self._run_generations(generations)
             except BaseException as exc:  # Ctrl-C on the main thread: no taken request is left waiting
                 for future in [call.future] if call is not None else [g.future for g in generations]:

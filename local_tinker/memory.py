@@ -76,7 +76,7 @@ _level = _Level()
 _lowest_since_trim = [0]  # for calls within a request
 
 
-def return_freed_memory(device: torch.device, within_request: bool = False) -> None:
+def return_freed_memory(device: torch.device, within_request: bool = False, settle_afresh: bool = False) -> None:
     """Give the host memory freed so far back to the system, when `device` computes on the CPU and
     resident memory has risen `TRIM_SLACK_BYTES` above the level it settled at after the last trim.
 
@@ -84,11 +84,16 @@ def return_freed_memory(device: torch.device, within_request: bool = False) -> N
     of a checkpointed datum, prefill chunks, a large KV cache's layers), whose memory must not add up
     part after part: it trims once resident memory has risen the slack above its lowest reading
     since the last trim, settled level or not.
+    `settle_afresh`: the work changes kind (training again after an evaluation): trim whatever the
+    readings, so that the level is settled by the requests to come.
     """
     if device.type != "cpu":
         return
     trim = _malloc_trim()
     if trim is None:
+        return
+    if settle_afresh:
+        _trim(trim)
         return
     resident = resident_bytes()
     if resident and within_request:

@@ -206,3 +206,57 @@ def test_a_headroom_short_of_what_is_needed_counts_the_freed_blocks_the_heap_kee
     assert room is not None and room > 48 * mib, room  # the 64 MB the heap kept, handed back
     assert memory._level == memory._Level()  # noqa: SLF001 - and the level settles again
     del keeper
+
+
+def test_settling_afresh_trims_whatever_the_reading_and_reads_the_level_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from local_tinker import memory
+
+    mib = 2**20
+    monkeypatch.setattr(memory, "_level", memory._Level(settled=500 * mib, readings_left=0))  # noqa: SLF001
+    readings = iter(mib * r for r in [120, 300])  # read by the trim (its lowest), then nothing else
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "resident_bytes", lambda: next(readings))
+    monkeypatch.setattr(memory, "_malloc_trim", lambda: trims.append)
+    memory.return_freed_memory(torch.device("cpu"), settle_afresh=True)  # far under the level: trimmed all the same
+    assert trims == [0] and memory._level == memory._Level()  # noqa: SLF001 - settling again
+    assert memory._lowest_since_trim == [120 * mib] and next(readings) == 300 * mib  # noqa: SLF001
+    memory.return_freed_memory(torch.device("meta"), settle_afresh=True)  # not the host's memory
+    assert trims == [0]
+
+
+def test_training_after_an_evaluation_settles_afresh_and_rl_never_does(service_client, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Generations after `EVALUATION_AFTER_CALLS` calls in a row (held-out samples in a supervised run)
+    make the next call trim and settle the level again; RL's sampling every few calls does not."""
+    from local_tinker import engine as engine_module
+
+    trainer = service_client.create_lora_training_client("recipes/tiny-llama", rank=4, seed=0)
+    sampler = trainer.save_weights_and_get_sampling_client()
+    datum = types.Datum(model_input=types.ModelInput.from_ints([5, 17, 300, 41]),
+                        loss_fn_inputs={"target_tokens": [17, 300, 41, 9], "weights": [1.0] * 4})
+    prompt, params = types.ModelInput.from_ints([5, 17, 300]), types.SamplingParams(max_tokens=2, seed=0)
+
+    def sample() -> None:
+        sampler.sample(prompt, 1, params).result()
+
+    def call() -> None:
+        trainer.forward([datum], "cross_entropy").result()
+
+    sample(), call(), sample()  # whatever earlier tests left: a flag consumed, the count back to 0
+    settled: list[bool] = []
+    real = engine_module.return_freed_memory
+
+    def spy(device: torch.device, within_request: bool = False, settle_afresh: bool | None = None) -> None:
+        if settle_afresh is not None:  # the engine's call before each call it runs (not after each request)
+            settled.append(settle_afresh)
+        real(device, within_request, bool(settle_afresh))
+
+    monkeypatch.setattr(engine_module, "return_freed_memory", spy)
+    for _ in range(4):  # RL-shaped: a sampling batch, then a few calls
+        sample(), call(), call(), call()
+    assert settled == [False] * 12
+    for _ in range(engine_module.EVALUATION_AFTER_CALLS):
+        call()
+    sample(), sample()  # an evaluation of two batches
+    settled.clear()
+    call(), call()
+    assert settled == [True, False]  # the first call after it, once
