@@ -107,7 +107,7 @@ def test_a_fork_bomb_fails_its_forks_and_leaves_no_process() -> None:
 
 @pytest.mark.parametrize(("output", "stopped"), [
     # One process's traceback: its last line names the exception and the errno.
-    ("Traceback (most recent call last):\n  File \"/work/main.py\", line 2, in <module>\n"
+    (f"Traceback (most recent call last):\n  File \"{SCRIPT}\", line 2, in <module>\n"
      "BlockingIOError: [Errno 11] Resource temporarily unavailable\n", StopReason.PROCESSES),
     # Several at once, written in pieces under `python -u` (seen in CI): the name and the message of
     # the last line landed apart.
