@@ -277,7 +277,12 @@ class LocalEngine:
                     self._after_evaluation, self._calls_in_a_row = False, self._calls_in_a_row + 1
                     _resolve(call.future, call.fn)
                 elif generations:
-                    self._after_evaluation |= self._calls_in_a_row >= EVALUATION_AFTER_CALLS
+                    if self._calls_in_a_row >= EVALUATION_AFTER_CALLS:
+                        # An evaluation begins: hand back the blocks training's heap keeps for its
+                        # next step first, so that its sampling (packed weights, KV cache) is not
+                        # laid on top of them.
+                        return_freed_memory(self.precision.device, settle_afresh=True)
+                        self._after_evaluation = True
                     self._calls_in_a_row = 0
                     self._run_generations(generations)
             except BaseException as exc:  # Ctrl-C on the main thread: no taken request is left waiting

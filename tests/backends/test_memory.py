@@ -228,7 +228,8 @@ def test_settling_afresh_trims_whatever_the_reading_and_reads_the_level_again(mo
 
 def test_training_after_an_evaluation_settles_afresh_and_rl_never_does(service_client, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """Generations after `EVALUATION_AFTER_CALLS` calls in a row (held-out samples in a supervised run)
-    make the next call trim and settle the level again; RL's sampling every few calls does not."""
+    trim before they run, and the next call trims and settles the level again; RL's sampling every
+    few calls does neither."""
     from local_tinker import engine as engine_module
 
     trainer = service_client.create_lora_training_client("recipes/tiny-llama", rank=4, seed=0)
@@ -248,7 +249,7 @@ def test_training_after_an_evaluation_settles_afresh_and_rl_never_does(service_c
     real = engine_module.return_freed_memory
 
     def spy(device: torch.device, within_request: bool = False, settle_afresh: bool | None = None) -> None:
-        if settle_afresh is not None:  # the engine's call before each call it runs (not after each request)
+        if settle_afresh is not None:  # before each call the engine runs, and an evaluation
             settled.append(settle_afresh)
         real(device, within_request, bool(settle_afresh))
 
@@ -258,7 +259,9 @@ def test_training_after_an_evaluation_settles_afresh_and_rl_never_does(service_c
     assert settled == [False] * 12
     for _ in range(engine_module.EVALUATION_AFTER_CALLS):
         call()
+    settled.clear()
     sample(), sample()  # an evaluation of two batches
+    assert settled == [True]  # before its first batch, once
     settled.clear()
     call(), call()
     assert settled == [True, False]  # the first call after it, once
