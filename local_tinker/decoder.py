@@ -166,12 +166,17 @@ class FusedDecoder:
         kinds["head"] = {self.head.layout}
         return {kind: "/".join(sorted(layouts)) for kind, layouts in kinds.items()}
 
+    def _layers_fused(self) -> list[FusedLinear]:
+        return [f for layer in self.layers for f in layer.fused()]
+
     def _all_fused(self) -> list[FusedLinear]:
-        return [f for layer in self.layers for f in layer.fused()] + [self.head]
+        return [*self._layers_fused(), self.head]
 
     def _pack_if_stale(self, device: torch.device) -> None:
         if self._stale:
-            for fused in self._all_fused():
+            # The head first: its temporaries (the W and A rows joined, as large as the vocabulary's
+            # weight) are mapped apart and handed back at once, before the layers' copies are made.
+            for fused in [self.head, *self._layers_fused()]:
                 fused.pack()
             return_freed_memory(device, within_request=True)  # the packing's temporaries
             self._stale = False

@@ -2,6 +2,11 @@
 
 import gc
 import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
 
 import pytest
 import torch
@@ -12,6 +17,31 @@ from local_tinker.memory import KERNEL_CACHE_ENTRIES
 from local_tinker.precision import resolve_precision
 
 _CACHES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+
+
+def _waiting_for_work(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if frame.f_code is LocalEngine._next.__code__:  # noqa: SLF001
+            return True
+        frame = frame.f_back
+    return False
+
+
+@pytest.fixture(autouse=True)
+def _engines_idle() -> Iterator[None]:
+    """Each test starts once every engine thread waits for work. An engine trims after a request's
+    futures are resolved, so an earlier test's engine may still be trimming while the next test sets
+    (or reads) the trim state and the resident memory that trim changes."""
+    deadline = time.monotonic() + 30
+    while True:
+        frames = sys._current_frames()  # noqa: SLF001
+        busy = [t for t in threading.enumerate()
+                if t.name == "recipes-local-engine" and not _waiting_for_work(frames.get(t.ident or 0))]
+        if not busy:
+            break
+        assert time.monotonic() < deadline, f"{len(busy)} engine threads still busy after 30 s"
+        time.sleep(0.005)
+    yield
 
 
 def test_the_engine_bounds_the_kernel_caches_and_keeps_a_bound_the_user_set(monkeypatch: pytest.MonkeyPatch) -> None:
