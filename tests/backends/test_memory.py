@@ -31,7 +31,9 @@ def _waiting_for_work(frame: FrameType | None) -> bool:
 def _engines_idle() -> Iterator[None]:
     """Each test starts once every engine thread waits for work. An engine trims after a request's
     futures are resolved, so an earlier test's engine may still be trimming while the next test sets
-    (or reads) the trim state and the resident memory that trim changes."""
+    (or reads) the trim state and the resident memory that trim changes; and an earlier test's
+    training client, once collected, has its engine remove its adapter (collected here first)."""
+    gc.collect()
     deadline = time.monotonic() + 30
     while True:
         frames = sys._current_frames()  # noqa: SLF001
@@ -274,6 +276,9 @@ def test_training_after_an_evaluation_settles_afresh_and_rl_never_does(service_c
     def call() -> None:
         trainer.forward([datum], "cross_entropy").result()
 
+    # An earlier test's training client collected later would have the engine remove its adapter,
+    # a call of its own among this test's: collect them now, and their calls run before the next line's.
+    gc.collect()
     sample(), call(), sample()  # whatever earlier tests left: a flag consumed, the count back to 0
     settled: list[bool] = []
     real = engine_module.return_freed_memory
