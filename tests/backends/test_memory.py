@@ -276,9 +276,6 @@ def test_training_after_an_evaluation_settles_afresh_and_rl_never_does(service_c
     def call() -> None:
         trainer.forward([datum], "cross_entropy").result()
 
-    # An earlier test's training client collected later would have the engine remove its adapter,
-    # a call of its own among this test's: collect them now, and their calls run before the next line's.
-    gc.collect()
     sample(), call(), sample()  # whatever earlier tests left: a flag consumed, the count back to 0
     settled: list[bool] = []
     real = engine_module.return_freed_memory
