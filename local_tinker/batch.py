@@ -136,3 +136,105 @@ def micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     if current:
         batches.append(current)
     return batches
+
+
+# Datums that begin alike (an RL group's samples of one prompt, chats under one system prompt) run
+# in one decoder row: the prefix they share once, then each datum's remaining tokens, each attending
+# to the prefix and to its own earlier tokens (`shared_row_inputs`). A row's tokens are capped: its
+# attention is dense over the row, so a long row would cost more in attention than it saves.
+SHARED_ROW_TOKENS = 128
+MIN_SHARED_TOKENS = 8  # a shorter common prefix saves less than the mask's bookkeeping costs
+
+
+@dataclass(frozen=True)
+class SharedRow:
+    """Datums (`members`, indices) computed in one row of `length` tokens: `prefix` tokens in common
+    (all of a lone datum's), then each member's own tokens after them, in member order."""
+
+    members: tuple[int, ...]
+    prefix: int
+    length: int
+
+    @classmethod
+    def alone(cls, index: int, length: int) -> "SharedRow":
+        return cls((index,), length, length)
+
+
+def shared_rows(sequences: Sequence[Sequence[int]], row_tokens: int = SHARED_ROW_TOKENS) -> list[SharedRow]:
+    """The datums grouped into rows by the prefixes they share (each datum in exactly one row).
+
+    Datums are taken in the order of their tokens, so those with a common prefix are neighbours; a
+    datum joins the row before it when they share at least `MIN_SHARED_TOKENS` tokens and the row
+    stays within `row_tokens` (a longer datum keeps a row of its own). Identical datums share a row.
+    """
+    order = sorted(range(len(sequences)), key=lambda i: list(sequences[i]))
+    rows: list[SharedRow] = []
+    for index in order:
+        tokens = sequences[index]
+        if rows:
+            last = rows[-1]
+            common = _common_prefix(sequences[last.members[0]], tokens, last.prefix)
+            length = common + sum(len(sequences[m]) - common for m in (*last.members, index))
+            if common >= MIN_SHARED_TOKENS and length <= row_tokens:
+                rows[-1] = SharedRow((*last.members, index), common, length)
+                continue
+        rows.append(SharedRow.alone(index, len(tokens)))
+    return rows
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    count = 0
+    for x, y in zip(a[:limit], b):
+        if x != y:
+            break
+        count += 1
+    return count
+
+
+@dataclass(frozen=True)
+class SharedRowInputs:
+    """A decoder's inputs for shared rows, and where each datum's positions lie in them.
+
+    `tokens_R_L`, `position_ids_R_L` and an additive float mask `mask_R_1_L_L` (0 where a query may
+    attend, the dtype's lowest value elsewhere); `row_N_T` and `column_N_T` index the decoder's
+    output `[R, L, D]` to give each of the N datums its `[T, D]` hidden states in order (positions
+    past a datum's length point at its row's first token and are masked by the caller).
+    """
+
+    tokens_R_L: torch.Tensor
+    position_ids_R_L: torch.Tensor
+    mask_R_1_L_L: torch.Tensor
+    row_N_T: torch.Tensor
+    column_N_T: torch.Tensor
+
+
+def shared_row_inputs(rows: Sequence[SharedRow], sequences: Sequence[Sequence[int]], pad_id: int,
+                      mask_dtype: torch.dtype = torch.float32) -> SharedRowInputs:
+    """Inputs that compute every datum of `rows` as if alone: each query attends, causally, to its
+    row's prefix and to its own datum's tokens only, at the positions it has in its own datum."""
+    width = max(row.length for row in rows)
+    longest = max(len(sequences[m]) for row in rows for m in row.members)
+    count = len(sequences)
+    tokens = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    positions = torch.zeros((len(rows), width), dtype=torch.long)
+    segment = torch.full((len(rows), width), -1, dtype=torch.long)  # 0: the prefix, k: member k, -1: padding
+    row_N_T = torch.zeros((count, longest), dtype=torch.long)
+    column_N_T = torch.zeros((count, longest), dtype=torch.long)
+    for r, row in enumerate(rows):
+        first = torch.as_tensor(list(sequences[row.members[0]][: row.prefix]), dtype=torch.long)
+        tokens[r, : row.prefix], positions[r, : row.prefix], segment[r, : row.prefix] = first, torch.arange(row.prefix), 0
+        start = row.prefix
+        for k, member in enumerate(row.members, start=1):
+            own = torch.as_tensor(list(sequences[member][row.prefix :]), dtype=torch.long)
+            stop = start + len(own)
+            tokens[r, start:stop], segment[r, start:stop] = own, k
+            positions[r, start:stop] = torch.arange(row.prefix, row.prefix + len(own))
+            row_N_T[member] = r
+            column_N_T[member, : row.prefix] = torch.arange(row.prefix)
+            column_N_T[member, row.prefix : row.prefix + len(own)] = torch.arange(start, stop)
+            start = stop
+    query, key = segment[:, :, None], segment[:, None, :]
+    causal = torch.ones(width, width, dtype=torch.bool).tril()
+    allowed = causal & (key >= 0) & ((key == 0) | (key == query))
+    mask = torch.zeros(allowed.shape, dtype=mask_dtype).masked_fill_(~allowed, torch.finfo(mask_dtype).min)
+    return SharedRowInputs(tokens, positions, mask[:, None], row_N_T, column_N_T)

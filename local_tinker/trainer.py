@@ -1,9 +1,15 @@
 """Forward and backward passes of a LoRA model over a list of datums (the engine's training math).
 
 Datums are grouped into right-padded micro-batches by length. The decoder runs once per
-micro-batch, on each distinct input once (datums that repeat an input share its pass); the 49k-row
+micro-batch, on each distinct input once (datums that repeat an input share its pass). Datums
+that begin alike (an RL group's samples of one prompt, chats under one system prompt) share
+decoder rows (`batch.shared_rows`, for the families of `decoder.supports`): their common prefix
+runs once, and each datum's own tokens attend to it and to themselves only, at their own
+positions, so each datum is computed as if alone (bit for bit in bf16, where attention is exact;
+to fp32 rounding in fp32) and the prefix's gradients add up before its backward pass. The 49k-row
 unembedding runs only where it is needed: with gradient at the positions the loss trains on,
-without gradient elsewhere (their log-probs are still returned). With a built-in loss, whose
+without gradient elsewhere (their log-probs are still returned; a shared position with the same
+target is scored once). With a built-in loss, whose
 term at each position depends on that position's log-prob alone, the head's backward runs chunk
 by chunk right after the chunk's forward (`_head_forward_backward`): its logits are made once,
 not again in the backward pass. The logits
@@ -32,8 +38,16 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from local_tinker.activations import without_remaking
-from local_tinker.batch import PreparedDatum, micro_batches, pad_right_tokens
+from local_tinker.batch import (
+    SHARED_ROW_TOKENS,
+    PreparedDatum,
+    micro_batches,
+    pad_right_tokens,
+    shared_row_inputs,
+    shared_rows,
+)
 from local_tinker.budget import machine_memory_bytes
+from local_tinker.decoder import supports as decoder_supports
 from local_tinker.logits import OutputHead
 from local_tinker.losses import (
     ENGINE_INPUTS,
@@ -118,49 +132,99 @@ def _batch_logprobs(
     pad_id: int,
     grad_of: GradOfLogprobs | None = None,
     checkpoint_layers: bool = False,
+    row_tokens: int = 0,
 ) -> list[torch.Tensor]:
     """Trainer log-probs of each datum's targets; differentiable where `grad_masks` is True.
 
     `grad_masks=None` means no gradient anywhere (a plain forward). With `grad_of`, the backward
     pass runs here instead (`_head_forward_backward`) and the log-probs come back detached. With
-    `checkpoint_layers`, the decoder's layers keep only their inputs for the backward pass.
+    `checkpoint_layers`, the decoder's layers keep only their inputs for the backward pass. With
+    `row_tokens`, datums that begin alike share decoder rows of up to that many tokens
+    (`batch.shared_rows`; `prefix_row_tokens` says whether the model can).
     """
     decoder, lm_head = _decoder_and_head(model)
     device = precision.device
-    # Datums with the same input (e.g. one sequence with several targets, as top-k distillation sends)
-    # share one decoder pass; the rows are gathered back, so gradients through them add up.
-    row_of: dict[tuple[int, ...], int] = {}
-    unique_rows = [row_of.setdefault(tuple(d.tokens_T.tolist()), len(row_of)) for d in datums]
-    tokens_U_T, attention_U_T = (t.to(device) for t in pad_right_tokens(list(row_of), pad_id))
-    index_B = torch.tensor(unique_rows, device=device)
-    tokens_B_T, attention_B_T = tokens_U_T[index_B], attention_U_T[index_B]
-    targets_B_T = torch.zeros_like(tokens_B_T)
-    wants_grad_B_T = torch.zeros_like(tokens_B_T, dtype=torch.bool)
+    lengths_B = torch.tensor([d.length for d in datums], device=device)
+    valid_B_T = torch.arange(int(lengths_B.max()), device=device)[None] < lengths_B[:, None]
+    targets_B_T = torch.zeros(valid_B_T.shape, dtype=torch.long, device=device)
+    wants_grad_B_T = torch.zeros_like(valid_B_T)
     for row, datum in enumerate(datums):
         targets_B_T[row, : datum.length] = datum.inputs["target_tokens"].to(device)
         if grad_masks is not None:
             wants_grad_B_T[row, : datum.length] = grad_masks[row].to(device)
-    valid_B_T = attention_B_T.bool()
     grad_sel = valid_B_T & wants_grad_B_T
     # No graph where no position wants a gradient (a micro-batch whose advantages are all 0): a graph
     # no backward pass runs through is freed only when its last tensor goes.
     checkpointed = checkpointed_layers(decoder) if checkpoint_layers else nullcontext()
     with precision.context(), torch.set_grad_enabled(bool(grad_sel.any())):
         with checkpointed:
-            hidden_U_T_D = decoder(input_ids=tokens_U_T, attention_mask=attention_U_T, use_cache=False).last_hidden_state
-        hidden_B_T_D = hidden_U_T_D if len(row_of) == len(datums) else hidden_U_T_D[index_B]
+            hidden_B_T_D, source_B_T = _hidden_states(decoder, datums, pad_id, device,
+                                                      0 if checkpoint_layers else row_tokens)
         if grad_of is None:
             selected_N = token_logprobs(lm_head, hidden_B_T_D[grad_sel], targets_B_T[grad_sel])
         else:
             selected_N = _head_forward_backward(lm_head, hidden_B_T_D[grad_sel], targets_B_T[grad_sel], grad_of,
                                                 precision)
-        logprobs_B_T = hidden_B_T_D.new_zeros(tokens_B_T.shape, dtype=torch.float32)
+        logprobs_B_T = hidden_B_T_D.new_zeros(valid_B_T.shape, dtype=torch.float32)
         logprobs_B_T = logprobs_B_T.masked_scatter(grad_sel, selected_N)
         with torch.no_grad():
             rest = valid_B_T & ~wants_grad_B_T
-            rest_logprobs = token_logprobs(lm_head, hidden_B_T_D[rest].detach(), targets_B_T[rest])
+            # A decoder position that several datums share, with the same target (a shared prefix's
+            # tokens but its last; identical datums), is scored once.
+            targets_N = targets_B_T[rest]
+            keys_N = source_B_T[rest] * (int(targets_N.max()) + 1 if len(targets_N) else 1) + targets_N
+            unique_keys, copy_of_N = torch.unique(keys_N, return_inverse=True)
+            first_U = torch.full_like(unique_keys, len(keys_N)).scatter_reduce_(
+                0, copy_of_N, torch.arange(len(keys_N), device=device), "amin")
+            rest_logprobs = token_logprobs(lm_head, hidden_B_T_D[rest].detach()[first_U], targets_N[first_U])[copy_of_N]
     logprobs_B_T = logprobs_B_T.masked_scatter(rest, rest_logprobs)
     return [logprobs_B_T[row, : datum.length] for row, datum in enumerate(datums)]
+
+
+def _hidden_states(decoder: nn.Module, datums: Sequence[PreparedDatum], pad_id: int, device: torch.device,
+                   row_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decoder's last hidden states of each datum's positions, `[B, T, D]` (T: the longest datum),
+    and the decoder position each comes from, `[B, T]` (positions that datums share have one).
+
+    Datums with the same input (one sequence with several targets, as top-k distillation sends) share
+    one decoder row; with `row_tokens`, so do datums with a common prefix (`batch.shared_rows`). The
+    rows are gathered back, so the gradients through a shared position add up.
+    """
+    sequences = [d.tokens_T.tolist() for d in datums]
+    rows = shared_rows(sequences, row_tokens) if row_tokens else []
+    if any(len(row.members) > 1 and row.length > row.prefix for row in rows):
+        inputs = shared_row_inputs(rows, sequences, pad_id)
+        hidden_R_L_D = decoder(input_ids=inputs.tokens_R_L.to(device), attention_mask=inputs.mask_R_1_L_L.to(device),
+                               position_ids=inputs.position_ids_R_L.to(device), use_cache=False).last_hidden_state
+        # Gathered in fp32: the gradients of a shared position from its datums add up in fp32 (in bf16
+        # each sum would round); the values are the same (bf16 -> fp32 is exact, the head casts back).
+        row_N_T, column_N_T = inputs.row_N_T.to(device), inputs.column_N_T.to(device)
+        return hidden_R_L_D.float()[row_N_T, column_N_T], row_N_T * hidden_R_L_D.shape[1] + column_N_T
+    row_of: dict[tuple[int, ...], int] = {}
+    unique_rows = [row_of.setdefault(tuple(tokens), len(row_of)) for tokens in sequences]
+    tokens_U_T, attention_U_T = (t.to(device) for t in pad_right_tokens(list(row_of), pad_id))
+    hidden_U_T_D = decoder(input_ids=tokens_U_T, attention_mask=attention_U_T, use_cache=False).last_hidden_state
+    index_B = torch.tensor(unique_rows, device=device)
+    width = hidden_U_T_D.shape[1]
+    source_B_T = index_B[:, None] * width + torch.arange(width, device=device)
+    return hidden_U_T_D if len(row_of) == len(datums) else hidden_U_T_D[index_B], source_B_T
+
+
+def prefix_row_tokens(model: nn.Module, max_tokens: int) -> int:
+    """The tokens a shared decoder row may hold for `model` (0: its datums are not shared): rows
+    need a 4-D attention mask and position ids, which the decoder step's families take as given."""
+    wrapped: Any = model
+    causal_lm: Any = wrapped.get_base_model() if hasattr(wrapped, "get_base_model") else wrapped
+    return min(SHARED_ROW_TOKENS, max_tokens) if decoder_supports(causal_lm) else 0
+
+
+def _micro_batches(datums: Sequence[PreparedDatum], max_tokens: int, row_tokens: int) -> list[list[int]]:
+    """`batch.micro_batches` of the datums' shared rows (of the datums themselves without `row_tokens`):
+    the datums of a row stay in one micro-batch."""
+    if not row_tokens:
+        return micro_batches([d.length for d in datums], max_tokens)
+    rows = shared_rows([d.tokens_T.tolist() for d in datums], row_tokens)
+    return [[m for r in group for m in rows[r].members] for group in micro_batches([row.length for row in rows], max_tokens)]
 
 
 def _head_forward_backward(lm_head: OutputHead, rows_N_D: torch.Tensor, targets_N: torch.Tensor,
@@ -294,14 +358,17 @@ def builtin_pass(
     outputs: list[torch.Tensor | None] = [None] * len(datums)
     loss_sum, metrics = 0.0, dict[str, float]()
     max_tokens = max_backward_tokens(model, precision) if backward else MAX_MICROBATCH_TOKENS
-    for indices in micro_batches([d.length for d in datums], max_tokens):
+    row_tokens = prefix_row_tokens(model, max_tokens)
+    for indices in _micro_batches(datums, max_tokens, row_tokens):
         batch = [datums[i] for i in indices]
         if backward and loss_fn in SEQUENCE_LOSSES:  # each token's term needs its sequence's ratio first
-            batch = _with_sequence_log_ratios(batch, _batch_logprobs(model, batch, None, precision, pad_id))
+            batch = _with_sequence_log_ratios(batch, _batch_logprobs(model, batch, None, precision, pad_id,
+                                                                     row_tokens=row_tokens))
         masks = [gradient_mask(loss_fn, d.inputs) for d in batch] if backward else None
         grad_of = _grad_of_loss(loss_fn, config, batch, masks, precision.device) if masks is not None else None
-        oversize = backward and len(batch) * max(d.length for d in batch) > max_tokens
-        logprobs = _batch_logprobs(model, batch, masks, precision, pad_id, grad_of, checkpoint_layers=oversize)
+        oversize = backward and max(d.length for d in batch) > max_tokens  # a datum alone in its micro-batch
+        logprobs = _batch_logprobs(model, batch, masks, precision, pad_id, grad_of, checkpoint_layers=oversize,
+                                   row_tokens=row_tokens)
         with torch.no_grad():  # the backward pass ran in `_batch_logprobs`
             losses = [per_token_loss(loss_fn, lp, _to(d.inputs, lp.device), config).sum()
                       for lp, d in zip(logprobs, batch)]
@@ -353,11 +420,13 @@ def custom_pass(
     # Every micro-batch's graph lives until the user's loss runs its backward. A micro-batch holding
     # a datum longer than the budget allows keeps only its layers' inputs.
     max_tokens = max_backward_tokens(model, precision)
-    for indices in micro_batches([d.length for d in datums], MAX_MICROBATCH_TOKENS):
+    row_tokens = prefix_row_tokens(model, max_tokens)
+    for indices in _micro_batches(datums, MAX_MICROBATCH_TOKENS, row_tokens):
         batch = [datums[i] for i in indices]
         masks = [torch.ones(d.length, dtype=torch.bool) for d in batch]
         oversize = max(d.length for d in batch) > max_tokens
-        for i, lp in zip(indices, _batch_logprobs(model, batch, masks, precision, pad_id, checkpoint_layers=oversize)):
+        for i, lp in zip(indices, _batch_logprobs(model, batch, masks, precision, pad_id, checkpoint_layers=oversize,
+                                                  row_tokens=row_tokens)):
             logprobs[i] = lp.cpu()
     inputs = [lp for lp in logprobs if lp is not None]
     loss, user_metrics = loss_fn(user_data, inputs)
