@@ -143,7 +143,7 @@ def micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
 # to the prefix and to its own earlier tokens (`shared_row_inputs`). A row's tokens are capped: its
 # attention is dense over the row, so a long row would cost more in attention than it saves.
 SHARED_ROW_TOKENS = 128
-MIN_SHARED_TOKENS = 8  # a shorter common prefix saves less than the mask's bookkeeping costs
+MIN_SHARED_TOKENS = 8  # fewer tokens in common (a chat template's first few) are left unshared
 
 
 @dataclass(frozen=True)
@@ -195,8 +195,8 @@ def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
 class SharedRowInputs:
     """A decoder's inputs for shared rows, and where each datum's positions lie in them.
 
-    `tokens_R_L`, `position_ids_R_L` and an additive float mask `mask_R_1_L_L` (0 where a query may
-    attend, the dtype's lowest value elsewhere); `row_N_T` and `column_N_T` index the decoder's
+    `tokens_R_L`, `position_ids_R_L` and an additive fp32 mask `mask_R_1_L_L` (0 where a query may
+    attend, fp32's lowest value elsewhere: the attention casts it to its own dtype); `row_N_T` and `column_N_T` index the decoder's
     output `[R, L, D]` to give each of the N datums its `[T, D]` hidden states in order (positions
     past a datum's length point at its row's first token and are masked by the caller).
     """
@@ -208,8 +208,7 @@ class SharedRowInputs:
     column_N_T: torch.Tensor
 
 
-def shared_row_inputs(rows: Sequence[SharedRow], sequences: Sequence[Sequence[int]], pad_id: int,
-                      mask_dtype: torch.dtype = torch.float32) -> SharedRowInputs:
+def shared_row_inputs(rows: Sequence[SharedRow], sequences: Sequence[Sequence[int]], pad_id: int) -> SharedRowInputs:
     """Inputs that compute every datum of `rows` as if alone: each query attends, causally, to its
     row's prefix and to its own datum's tokens only, at the positions it has in its own datum."""
     width = max(row.length for row in rows)
@@ -236,5 +235,5 @@ def shared_row_inputs(rows: Sequence[SharedRow], sequences: Sequence[Sequence[in
     query, key = segment[:, :, None], segment[:, None, :]
     causal = torch.ones(width, width, dtype=torch.bool).tril()
     allowed = causal & (key >= 0) & ((key == 0) | (key == query))
-    mask = torch.zeros(allowed.shape, dtype=mask_dtype).masked_fill_(~allowed, torch.finfo(mask_dtype).min)
+    mask = torch.zeros(allowed.shape).masked_fill_(~allowed, torch.finfo(torch.float32).min)
     return SharedRowInputs(tokens, positions, mask[:, None], row_N_T, column_N_T)
