@@ -99,10 +99,15 @@ def _thirty_steps() -> dict[str, object]:
 def test_thirty_cookbook_shaped_rl_steps_leave_memory_flat(tmp_path: Path) -> None:
     """Run in a process of its own: the test worker's resident memory carries every earlier test's
     heap, whose fragmentation moves it by tens of megabytes either way. A leak raises the floor,
-    so the lowest reading of the last five steps is held against the lowest of the first five."""
+    so the lowest reading of the last five steps is held against the lowest of the first five.
+
+    oneDNN's primitive cache is off in that process: bounded (`memory.bound_kernel_caches`), it still
+    fills over the run with one entry per new row count of the decode step's matmuls, which rows
+    leaving the batch pick at random: between the two sets of readings 2.5 to 12 MB in most runs (the
+    trainer before its shared prefix rows too) and 25.6 MB in one CI run; 3.7 MB with the cache off."""
     result_path = tmp_path / "memory.json"
-    forked.run([sys.executable, "-m", "tests.server.test_served_memory", str(result_path)],
-               check=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    forked.run([sys.executable, "-m", "tests.server.test_served_memory", str(result_path)], check=True,
+               timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "0"})
     result = json.loads(result_path.read_text())
     resident = {int(step): r for step, r in result["resident"].items()}
     steps = sorted(resident)
