@@ -196,9 +196,10 @@ class SharedRowInputs:
     """A decoder's inputs for shared rows, and where each datum's positions lie in them.
 
     `tokens_R_L`, `position_ids_R_L` and an additive fp32 mask `mask_R_1_L_L` (0 where a query may
-    attend, fp32's lowest value elsewhere: the attention casts it to its own dtype); `row_N_T` and `column_N_T` index the decoder's
-    output `[R, L, D]` to give each of the N datums its `[T, D]` hidden states in order (positions
-    past a datum's length point at its row's first token and are masked by the caller).
+    attend, fp32's lowest value elsewhere: the attention casts it to its own dtype); `row_N_T` and
+    `column_N_T` index the decoder's output `[R, L, D]` to give each of the N datums its `[T, D]`
+    hidden states in order (positions past a datum's length point at its row's first token and are
+    masked by the caller).
     """
 
     tokens_R_L: torch.Tensor
