@@ -38,6 +38,11 @@ from local_tinker.projections import Deltas, FusedLinear, fused_weight
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
 ROOM_STEP = 128  # KV-cache columns added at a time (a generation rarely needs its max_tokens)
+# In bf16, generations of fewer new tokens than this decode over the weights as they are, without
+# the packed copy (as large as the model): an evaluation's or RL's short answers then hold a model's
+# worth less memory, for a few percent of their decode time (docs/findings.md: "Short generations").
+# In fp32 the packed copy (with the LoRA merged in) is several times the gain: it is always made.
+LOW_PRECISION_PACK_TOKENS = 32
 # A KV cache this large is copied from the prefill layer by layer with the freed memory returned in
 # between (glibc keeps freed blocks: the copy and the prefill's cache would otherwise add up).
 LARGE_CACHE_BYTES = 64 * 2**20
@@ -135,6 +140,8 @@ class FusedDecoder:
         self.mask: torch.Tensor | None = None
         self.length = 0
         self._stale = True
+        self._packed = True  # whether the copies `_pack_if_stale` made last are packed
+        self._steps_packed = True  # whether this generation's steps want them packed (`start` says)
 
     def set_lora(self, deltas: Deltas, merge: bool = False) -> None:
         """Use `deltas` (empty: none) from the next step on: beside the weights, or with `merge`
@@ -172,12 +179,14 @@ class FusedDecoder:
     def _all_fused(self) -> list[FusedLinear]:
         return [*self._layers_fused(), self.head]
 
-    def _pack_if_stale(self, device: torch.device) -> None:
+    def _pack_if_stale(self, device: torch.device, packed: bool = True) -> None:
+        if packed != self._packed:
+            self._stale, self._packed = True, packed
         if self._stale:
             # The head first: its temporaries (the W and A rows joined, as large as the vocabulary's
             # weight) are mapped apart and handed back at once, before the layers' copies are made.
             for fused in [self.head, *self._layers_fused()]:
-                fused.pack()
+                fused.pack(packed)
             return_freed_memory(device, within_request=True)  # the packing's temporaries
             self._stale = False
 
@@ -226,6 +235,7 @@ class FusedDecoder:
                 return_freed_memory(first.device, within_request=True)
         self.mask = mask_R_W.bool()
         self.length = width
+        self._steps_packed = self.head.weight.dtype == torch.float32 or new_tokens >= LOW_PRECISION_PACK_TOKENS
 
     def _make_room(self) -> None:
         assert self.keys is not None and self.values is not None
@@ -240,10 +250,18 @@ class FusedDecoder:
         self.length = 0
 
     def keep(self, index: torch.Tensor) -> None:
-        """Keep only the rows at `index` (finished rows leave the batch)."""
+        """Keep only the rows at `index` (finished rows leave the batch).
+
+        The kept rows move to the front of the cache a layer at a time, and the cache becomes a view
+        of them: a copy of the whole cache would lie beside the old one while it is made.
+        """
         assert self.keys is not None and self.values is not None and self.mask is not None
-        self.keys = self.keys[:, index]
-        self.values = self.values[:, index]
+        rows = len(index)
+        with torch.inference_mode():  # the cache is made under it (the prefill's)
+            for cache in (self.keys, self.values):
+                for layer in cache:
+                    layer[:rows] = layer[index]
+        self.keys, self.values = self.keys[:, :rows], self.values[:, :rows]
         self.mask = self.mask[index]
 
     def step(self, tokens_R: torch.Tensor, positions_R: torch.Tensor) -> torch.Tensor:
@@ -255,7 +273,7 @@ class FusedDecoder:
         x = self.embed(tokens_R)
         cos, sin = self.rotary(x, positions_R[:, None])  # [R, 1, head_dim]
         cos, sin = cos[:, None], sin[:, None]  # [R, 1, 1, head_dim], broadcast over heads
-        self._pack_if_stale(x.device)
+        self._pack_if_stale(x.device, self._steps_packed)
         bias = torch.zeros(self.mask.shape, device=x.device, dtype=self.attention_dtype)
         bias = bias.masked_fill_(~self.mask, float("-inf"))[:, None, None]
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim

@@ -144,6 +144,7 @@ class LocalEngine:
         self._cut_short = 0  # requests the serving thread was running when Ctrl-C reached it
         self._calls_in_a_row = 0  # calls (training, saving, ...) since the last generations
         self._after_evaluation = False  # generations came after a long run of calls: see `_run`
+        self._generated = False  # any generations run yet (the first ones also settle memory afresh)
         self._worker: threading.Thread | None = None
         if not main_thread.adopt(self):
             self.ensure_worker()
@@ -234,6 +235,8 @@ class LocalEngine:
                 share_fused_storage(model)  # the fused decode step then reads these same tensors
                 self._bases[name] = BaseEntry(name, model, Adapters(model), self.precision,
                                                int(model.config.max_position_embeddings))
+                # Loading freed its file's tensors and the copies it cast from: hand them back.
+                return_freed_memory(self.precision.device, settle_afresh=True)
             return self._bases[name]
 
     def call(self, fn: Callable[[], T]) -> LocalFuture[T]:
@@ -277,13 +280,14 @@ class LocalEngine:
                     self._after_evaluation, self._calls_in_a_row = False, self._calls_in_a_row + 1
                     _resolve(call.future, call.fn)
                 elif generations:
-                    if self._calls_in_a_row >= EVALUATION_AFTER_CALLS:
-                        # An evaluation begins: hand back the blocks training's heap keeps for its
-                        # next step first, so that its sampling (packed weights, KV cache) is not
-                        # laid on top of them.
+                    if self._calls_in_a_row >= EVALUATION_AFTER_CALLS or not self._generated:
+                        # An evaluation (or the process's first sampling) begins: hand back the
+                        # blocks training's heap keeps for its next step (or loading a model left)
+                        # first, so that its sampling (packed weights, KV cache) is not laid on
+                        # top of them.
                         return_freed_memory(self.precision.device, settle_afresh=True)
                         self._after_evaluation = True
-                    self._calls_in_a_row = 0
+                    self._calls_in_a_row, self._generated = 0, True
                     self._run_generations(generations)
             except BaseException as exc:  # Ctrl-C on the main thread: no taken request is left waiting
                 for future in [call.future] if call is not None else [g.future for g in generations]:

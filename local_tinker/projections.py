@@ -78,11 +78,11 @@ class FusedLinear:
         self.lora_a = torch.cat([a for _, a, _, _ in self.members])
         self.lora_b = b_block.to(dtype)
 
-    def pack(self) -> None:
-        """Choose the layout (probed once per shapes) and make its packed copies. The shared `weight`
-        is never written."""
+    def pack(self, packed: bool = True) -> None:
+        """Choose the layout (probed once per shapes) and make its packed copies; with `packed`
+        False, the fastest layout that needs none. The shared `weight` is never written."""
         self.release()
-        can_pack = _can_pack(self.weight)
+        can_pack = packed and _can_pack(self.weight)
         if self.merge and can_pack and self.lora_a is not None and self.lora_b is not None:
             with torch.no_grad():  # one temporary: W + scale * B @ A, then its packed copy
                 merged = torch.addmm(self.weight.float(), self.lora_b.float(), self.lora_a.float(), alpha=self.lora_scale)

@@ -444,26 +444,38 @@ def _decode(
 def _choose(active: list[_Row], logits_R_V: torch.Tensor, tokenizer: object) -> torch.Tensor:
     """Pick each row's next token, record it with its log-prob, and mark rows that stop.
 
-    Sampling is by inverse CDF: one uniform draw per row from the row's own generator (so a seed
-    reproduces a row whatever else shares the batch), then one vectorised search over the
-    cumulative probabilities (summed in float64) of all rows.
+    Sampling is by inverse CDF: one uniform draw per sampled row from the row's own generator (so a
+    seed reproduces a row whatever else shares the batch), then one vectorised search over the
+    cumulative probabilities (summed in float64) of the sampled rows. Greedy rows (temperature 0)
+    take their argmax and draw nothing.
     """
-    temps = torch.tensor([r.temperature if r.temperature > 0 else 1.0 for r in active], device=logits_R_V.device)
-    logprobs_R_V = torch.log_softmax(logits_R_V / temps[:, None], dim=-1)
+    temps = [r.temperature if r.temperature > 0 else 1.0 for r in active]
+    tempered_R_V = logits_R_V if set(temps) == {1.0} else logits_R_V / logits_R_V.new_tensor(temps)[:, None]
+    logprobs_R_V = torch.log_softmax(tempered_R_V, dim=-1)
+    del tempered_R_V
     _record_topk(active, logprobs_R_V)
-    probs_R_V = logprobs_R_V.exp()
-    for i, row in enumerate(active):
-        if row.temperature > 0 and (0 < row.top_k < probs_R_V.shape[1] or row.top_p < 1.0):
-            probs_R_V[i] = _truncate(probs_R_V[i], row.top_k, row.top_p)
-    # In float64: an fp32 running sum over a large vocabulary rounds chaotically, so logits that differ in
-    # their last bits (the same row batched with other rows) moved a boundary under ~1 draw in 1,300
-    # (near-uniform SmolLM2-vocabulary rows); summed in float64 none moved in 4,000.
-    cdf_R_V = probs_R_V.double().cumsum(dim=-1)
-    uniforms_R = torch.stack([torch.rand((), generator=r.generator, device=logits_R_V.device) for r in active])
-    sampled_R = torch.searchsorted(cdf_R_V, (uniforms_R.double() * cdf_R_V[:, -1])[:, None]).squeeze(-1)
-    sampled_R = sampled_R.clamp(max=logits_R_V.shape[1] - 1)
-    greedy_R = logits_R_V.argmax(dim=-1)
-    chosen_R = torch.where(temps.new_tensor([r.temperature > 0 for r in active]).bool(), sampled_R, greedy_R)
+    chosen_R = logits_R_V.argmax(dim=-1)  # greedy rows' choice; the sampled rows' is drawn below
+    sampled = [i for i, row in enumerate(active) if row.temperature > 0]
+    if sampled:
+        index_S = None if len(sampled) == len(active) else torch.tensor(sampled, device=logits_R_V.device)
+        probs_S_V = (logprobs_R_V if index_S is None else logprobs_R_V[index_S]).exp()
+        for s, i in enumerate(sampled):
+            row = active[i]
+            if 0 < row.top_k < probs_S_V.shape[1] or row.top_p < 1.0:
+                probs_S_V[s] = _truncate(probs_S_V[s], row.top_k, row.top_p)
+        # In float64: an fp32 running sum over a large vocabulary rounds chaotically, so logits that differ in
+        # their last bits (the same row batched with other rows) moved a boundary under ~1 draw in 1,300
+        # (near-uniform SmolLM2-vocabulary rows); summed in float64 none moved in 4,000.
+        cdf_S_V = probs_S_V.double().cumsum(dim=-1)
+        del probs_S_V
+        uniforms_S = torch.stack([torch.rand((), generator=active[i].generator, device=logits_R_V.device)
+                                  for i in sampled])
+        drawn_S = torch.searchsorted(cdf_S_V, (uniforms_S.double() * cdf_S_V[:, -1])[:, None]).squeeze(-1)
+        drawn_S = drawn_S.clamp(max=logits_R_V.shape[1] - 1)
+        if index_S is None:
+            chosen_R = drawn_S
+        else:
+            chosen_R[index_S] = drawn_S
     chosen_logprobs = logprobs_R_V.gather(-1, chosen_R[:, None]).squeeze(-1).tolist()
     for row, token, logprob in zip(active, chosen_R.tolist(), chosen_logprobs):
         row.tokens.append(token)

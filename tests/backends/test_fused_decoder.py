@@ -98,7 +98,9 @@ def test_fused_steps_equal_full_forwards(name: str, with_lora: bool, monkeypatch
     for step in range(9):
         if step == 5:  # rows 0 and 2 finish
             keep = torch.tensor([1, 3])
+            storage = fused.keys.untyped_storage().data_ptr()
             fused.keep(keep)
+            assert fused.keys.untyped_storage().data_ptr() == storage  # the rows moved within the cache
             sequences = [sequences[i] for i in keep.tolist()]
         new = [int(t) for t in rng.integers(3, 5000, size=len(sequences))]
         positions_R = torch.tensor([len(s) for s in sequences])
@@ -206,17 +208,19 @@ def _trained_adapter(name: str, precision: str, rank: int, steps: int) -> tuple[
 
 @pytest.mark.parametrize("precision", ["bfloat16", "float32"])
 @pytest.mark.parametrize("name", ["recipes/tiny-llama", "recipes/tiny-qwen3"])
-@pytest.mark.parametrize("rank", [8, 32])  # adapter scale 32 / rank: 4, and 1 (the fused step skips its multiply)
+# Adapter scale 32 / rank: 4, and 1 (the fused step skips its multiply). In bf16, 24 new tokens decode
+# over the weights as they are and 40 over their packed copy, where the machine packs them.
+@pytest.mark.parametrize(("rank", "max_tokens"), [(8, 24), (32, 40)])
 def test_sampled_logprobs_equal_scores_and_the_trainers_with_a_trained_adapter(precision: str, name: str,
-                                                                               rank: int) -> None:
+                                                                               rank: int, max_tokens: int) -> None:
     """The sampler, the scorer and the trainer are one model: log-probs of the same tokens agree to 1e-4
     in bf16 as in fp32, on whatever CPU this runs (`make test-isa` runs it under each ISA the host can
     emulate). Prompts of several lengths share one batch (left padding); three samples each."""
     tokenizer, trainer, sampler = _trained_adapter(name, precision, rank, steps=3)
     assert sampler._snapshot.base.sampler.decoder is not None  # noqa: SLF001
     prompts = [tokenizer.encode(text) for text in ["Hello", "Once upon a time there", "The numbers are"]]
-    futures = [sampler.sample(types.ModelInput.from_ints(prompt), 3, types.SamplingParams(max_tokens=24, seed=seed))
-               for seed, prompt in enumerate(prompts)]
+    params = [types.SamplingParams(max_tokens=max_tokens, seed=seed) for seed in range(len(prompts))]
+    futures = [sampler.sample(types.ModelInput.from_ints(prompt), 3, p) for prompt, p in zip(prompts, params)]
     for prompt, future in zip(prompts, futures):
         for seq in future.result().sequences:
             sequence = prompt + list(seq.tokens)
@@ -226,6 +230,30 @@ def test_sampled_logprobs_equal_scores_and_the_trainers_with_a_trained_adapter(p
                                   loss_fn_inputs={"target_tokens": sequence[1:], "weights": [0.0] * (len(sequence) - 1)})
             trained = trainer.forward([forward], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].data
             np.testing.assert_allclose(trained[len(prompt) - 1:], seq.logprobs, atol=1e-4)
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float32"])
+def test_short_generations_in_bf16_decode_without_the_packed_copy_and_sample_the_same(precision: str) -> None:
+    """Under `LOW_PRECISION_PACK_TOKENS` new tokens a bf16 generation leaves the weights unpacked; fp32
+    and longer ones pack them where the machine can. Either way a row samples the same tokens with the
+    same log-probs (each layout rounds as the scorer does), so a short generation is the start of a
+    long one with the same seed."""
+    _, _, sampler = _trained_adapter("recipes/tiny-llama", precision, 8, steps=3)
+    decoder = sampler._snapshot.base.sampler.decoder  # noqa: SLF001
+    assert decoder is not None
+    can_pack = projections._can_pack(decoder.head.weight)  # noqa: SLF001
+    prompt = types.ModelInput.from_ints([5, 17, 300, 41])
+    short_tokens, long_tokens = decoder_module.LOW_PRECISION_PACK_TOKENS - 1, decoder_module.LOW_PRECISION_PACK_TOKENS
+    short = sampler.sample(prompt, 2, types.SamplingParams(max_tokens=short_tokens, seed=4)).result().sequences
+    short_packed = [f.layout for f in decoder._all_fused()]  # noqa: SLF001
+    long = sampler.sample(prompt, 2, types.SamplingParams(max_tokens=long_tokens, seed=4)).result().sequences
+    long_packed = [f.layout for f in decoder._all_fused()]  # noqa: SLF001
+    packed_layouts = {"packed", "packed+a", "merged"}
+    assert any(layout in packed_layouts for layout in long_packed) == can_pack
+    assert any(layout in packed_layouts for layout in short_packed) == (can_pack and precision == "float32")
+    for a, b in zip(short, long, strict=True):
+        assert a.tokens == b.tokens[: len(a.tokens)]
+        assert a.logprobs == b.logprobs[: len(a.logprobs)]  # the same bits
 
 
 def test_shared_prefix_length_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:

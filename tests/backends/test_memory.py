@@ -297,3 +297,41 @@ def test_training_after_an_evaluation_settles_afresh_and_rl_never_does(service_c
     settled.clear()
     call(), call()
     assert settled == [True, False]  # the first call after it, once
+
+
+def test_loading_a_model_and_the_first_sampling_settle_memory_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading a base model frees its file's tensors and the copies it cast from, and a process's first
+    generations follow that load and a few calls: each hands back what came before and settles the
+    level afresh, once; the first call after those generations does too (as after an evaluation)."""
+    from local_tinker import engine as engine_module
+    from local_tinker.clients import ServiceClient
+
+    afresh: list[str] = []  # the engine method that asked for each trim that settles afresh
+    real = engine_module.return_freed_memory
+
+    def spy(device: torch.device, within_request: bool = False, settle_afresh: bool = False) -> None:
+        if settle_afresh:
+            afresh.append(sys._getframe(1).f_code.co_name)  # noqa: SLF001
+        real(device, within_request, settle_afresh)
+
+    monkeypatch.setattr(engine_module, "return_freed_memory", spy)
+    monkeypatch.setattr(engine_module, "_engines", {})  # a fresh engine: nothing loaded, nothing sampled
+    service = ServiceClient(precision="float32", device="cpu")
+    try:
+        trainer = service.create_lora_training_client("recipes/tiny-llama", rank=4, seed=0)
+        assert afresh == ["base"]
+        datum = types.Datum(model_input=types.ModelInput.from_ints([5, 17, 300, 41]),
+                            loss_fn_inputs={"target_tokens": [17, 300, 41, 9], "weights": [1.0] * 4})
+        trainer.forward([datum], "cross_entropy").result()
+        assert afresh == ["base"]
+        sampler = trainer.save_weights_and_get_sampling_client()
+        prompt, params = types.ModelInput.from_ints([5, 17, 300]), types.SamplingParams(max_tokens=2, seed=0)
+        sampler.sample(prompt, 1, params).result()
+        assert afresh == ["base", "_run"]  # before the first generations
+        trainer.forward([datum], "cross_entropy").result()
+        sampler.sample(prompt, 1, params).result()
+        trainer.forward([datum], "cross_entropy").result()
+        assert afresh == ["base", "_run", "_run"]  # the call after them; then RL-shaped: nothing
+    finally:
+        for engine in engine_module._engines.values():  # noqa: SLF001
+            engine.stop()
