@@ -40,7 +40,7 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 ROOM_STEP = 128  # KV-cache columns added at a time (a generation rarely needs its max_tokens)
 # In bf16, generations of fewer new tokens than this decode over the weights as they are, without
 # the packed copy (as large as the model): an evaluation's or RL's short answers then hold a model's
-# worth less memory, for a few percent of their decode time (docs/findings.md: "Short generations").
+# worth less memory, for a few percent of their decode time (docs/findings.md, "What an evaluation holds").
 # In fp32 the packed copy (with the LoRA merged in) is several times the gain: it is always made.
 LOW_PRECISION_PACK_TOKENS = 32
 # A KV cache this large is copied from the prefill layer by layer with the freed memory returned in
@@ -252,16 +252,20 @@ class FusedDecoder:
     def keep(self, index: torch.Tensor) -> None:
         """Keep only the rows at `index` (finished rows leave the batch).
 
-        The kept rows move to the front of the cache a layer at a time, and the cache becomes a view
-        of them: a copy of the whole cache would lie beside the old one while it is made.
+        A large cache's kept rows move to its front a layer at a time and the cache becomes a view of
+        them, so no second cache lies beside the first while it is made; a smaller one is copied
+        whole (two ops instead of two per layer).
         """
         assert self.keys is not None and self.values is not None and self.mask is not None
-        rows = len(index)
-        with torch.inference_mode():  # the cache is made under it (the prefill's)
-            for cache in (self.keys, self.values):
-                for layer in cache:
-                    layer[:rows] = layer[index]
-        self.keys, self.values = self.keys[:, :rows], self.values[:, :rows]
+        if 2 * self.keys.nbytes > LARGE_CACHE_BYTES:
+            rows = len(index)
+            with torch.inference_mode():  # the cache is made under it (the prefill's)
+                for cache in (self.keys, self.values):
+                    for layer in cache:
+                        layer[:rows] = layer[index]
+            self.keys, self.values = self.keys[:, :rows], self.values[:, :rows]
+        else:
+            self.keys, self.values = self.keys[:, index], self.values[:, index]
         self.mask = self.mask[index]
 
     def step(self, tokens_R: torch.Tensor, positions_R: torch.Tensor) -> torch.Tensor:

@@ -452,30 +452,16 @@ def _choose(active: list[_Row], logits_R_V: torch.Tensor, tokenizer: object) -> 
     temps = [r.temperature if r.temperature > 0 else 1.0 for r in active]
     tempered_R_V = logits_R_V if set(temps) == {1.0} else logits_R_V / logits_R_V.new_tensor(temps)[:, None]
     logprobs_R_V = torch.log_softmax(tempered_R_V, dim=-1)
-    del tempered_R_V
+    del tempered_R_V  # one vocabulary-sized tensor fewer while the draws run
     _record_topk(active, logprobs_R_V)
-    chosen_R = logits_R_V.argmax(dim=-1)  # greedy rows' choice; the sampled rows' is drawn below
     sampled = [i for i, row in enumerate(active) if row.temperature > 0]
-    if sampled:
-        index_S = None if len(sampled) == len(active) else torch.tensor(sampled, device=logits_R_V.device)
-        probs_S_V = (logprobs_R_V if index_S is None else logprobs_R_V[index_S]).exp()
-        for s, i in enumerate(sampled):
-            row = active[i]
-            if 0 < row.top_k < probs_S_V.shape[1] or row.top_p < 1.0:
-                probs_S_V[s] = _truncate(probs_S_V[s], row.top_k, row.top_p)
-        # In float64: an fp32 running sum over a large vocabulary rounds chaotically, so logits that differ in
-        # their last bits (the same row batched with other rows) moved a boundary under ~1 draw in 1,300
-        # (near-uniform SmolLM2-vocabulary rows); summed in float64 none moved in 4,000.
-        cdf_S_V = probs_S_V.double().cumsum(dim=-1)
-        del probs_S_V
-        uniforms_S = torch.stack([torch.rand((), generator=active[i].generator, device=logits_R_V.device)
-                                  for i in sampled])
-        drawn_S = torch.searchsorted(cdf_S_V, (uniforms_S.double() * cdf_S_V[:, -1])[:, None]).squeeze(-1)
-        drawn_S = drawn_S.clamp(max=logits_R_V.shape[1] - 1)
-        if index_S is None:
-            chosen_R = drawn_S
-        else:
-            chosen_R[index_S] = drawn_S
+    if len(sampled) == len(active):
+        chosen_R = _draw(active, logprobs_R_V)
+    else:
+        chosen_R = logits_R_V.argmax(dim=-1)
+        if sampled:
+            index_S = torch.tensor(sampled, device=logits_R_V.device)
+            chosen_R[index_S] = _draw([active[i] for i in sampled], logprobs_R_V[index_S])
     chosen_logprobs = logprobs_R_V.gather(-1, chosen_R[:, None]).squeeze(-1).tolist()
     for row, token, logprob in zip(active, chosen_R.tolist(), chosen_logprobs):
         row.tokens.append(token)
@@ -485,6 +471,21 @@ def _choose(active: list[_Row], logits_R_V: torch.Tensor, tokenizer: object) -> 
         elif len(row.tokens) >= row.max_tokens:
             row.stop_reason = "length"
     return chosen_R
+
+
+def _draw(rows: list[_Row], logprobs_S_V: torch.Tensor) -> torch.Tensor:
+    """Each row's token drawn from its (tempered) distribution, after its top-k / top-p truncation."""
+    probs_S_V = logprobs_S_V.exp()
+    for s, row in enumerate(rows):
+        if 0 < row.top_k < probs_S_V.shape[1] or row.top_p < 1.0:
+            probs_S_V[s] = _truncate(probs_S_V[s], row.top_k, row.top_p)
+    # In float64: an fp32 running sum over a large vocabulary rounds chaotically, so logits that differ in
+    # their last bits (the same row batched with other rows) moved a boundary under ~1 draw in 1,300
+    # (near-uniform SmolLM2-vocabulary rows); summed in float64 none moved in 4,000.
+    cdf_S_V = probs_S_V.double().cumsum(dim=-1)
+    uniforms_S = torch.stack([torch.rand((), generator=row.generator, device=logprobs_S_V.device) for row in rows])
+    drawn_S = torch.searchsorted(cdf_S_V, (uniforms_S.double() * cdf_S_V[:, -1])[:, None]).squeeze(-1)
+    return drawn_S.clamp(max=logprobs_S_V.shape[1] - 1)
 
 
 def _record_topk(active: list[_Row], logprobs_R_V: torch.Tensor) -> None:

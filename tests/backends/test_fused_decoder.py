@@ -74,6 +74,8 @@ def _model(name: str) -> torch.nn.Module:
 @pytest.mark.parametrize("with_lora", [False, True])
 def test_fused_steps_equal_full_forwards(name: str, with_lora: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(decoder_module, "ROOM_STEP", 3)  # the cache grows several times below
+    if with_lora:  # finished rows leave the cache as a large cache's do: in place
+        monkeypatch.setattr(decoder_module, "LARGE_CACHE_BYTES", 0)
     model = _model(name).eval()
     _untie_head(model)
     reference = copy.deepcopy(model)
@@ -100,7 +102,7 @@ def test_fused_steps_equal_full_forwards(name: str, with_lora: bool, monkeypatch
             keep = torch.tensor([1, 3])
             storage = fused.keys.untyped_storage().data_ptr()
             fused.keep(keep)
-            assert fused.keys.untyped_storage().data_ptr() == storage  # the rows moved within the cache
+            assert (fused.keys.untyped_storage().data_ptr() == storage) == with_lora  # moved within it, or copied
             sequences = [sequences[i] for i in keep.tolist()]
         new = [int(t) for t in rng.integers(3, 5000, size=len(sequences))]
         positions_R = torch.tensor([len(s) for s in sequences])
