@@ -275,8 +275,7 @@ class FusedDecoder:
         self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
         rows, t = tokens_R.shape[0], self.length
         x = self.embed(tokens_R)
-        cos, sin = self.rotary(x, positions_R[:, None])  # [R, 1, head_dim]
-        cos, sin = cos[:, None], sin[:, None]  # [R, 1, 1, head_dim], broadcast over heads
+        cos, sin = self.rotary(x, positions_R[:, None])  # [R, 1, head_dim], broadcast over heads
         self._pack_if_stale(x.device, self._steps_packed)
         bias = torch.zeros(self.mask.shape, device=x.device, dtype=self.attention_dtype)
         bias = bias.masked_fill_(~self.mask, float("-inf"))[:, None, None]
@@ -284,15 +283,19 @@ class FusedDecoder:
         groups = self.heads // self.kv_heads
         for i, layer in enumerate(self.layers):
             qkv = layer.qkv(_rms_norm(x, layer.input_norm))
-            q = qkv[:, :q_size].view(rows, self.kv_heads, groups, self.head_dim)
-            k = qkv[:, q_size : q_size + kv_size].view(rows, self.kv_heads, 1, self.head_dim)
+            if layer.q_norm is not None and layer.k_norm is not None:  # each its own norm, then rotated
+                q = _rotate(_rms_norm(qkv[:, :q_size].view(rows, self.heads, self.head_dim), layer.q_norm), cos, sin)
+                k = _rotate(_rms_norm(qkv[:, q_size : q_size + kv_size].view(rows, self.kv_heads, self.head_dim),
+                                      layer.k_norm), cos, sin)
+            else:  # q and k rotated as one tensor: the same ops on the same values, half the calls
+                qk = _rotate(qkv[:, : q_size + kv_size].view(rows, self.heads + self.kv_heads, self.head_dim), cos, sin)
+                q, k = qk[:, : self.heads], qk[:, self.heads :]
+            q = q.reshape(rows, self.kv_heads, groups, self.head_dim)
             v = qkv[:, q_size + kv_size :].view(rows, self.kv_heads, 1, self.head_dim)
-            if layer.q_norm is not None and layer.k_norm is not None:
-                q, k = _rms_norm(q, layer.q_norm), _rms_norm(k, layer.k_norm)
-            self.keys[i, :, :, t : t + 1] = _rotate(k, cos, sin)
+            self.keys[i, :, :, t : t + 1] = k[:, :, None]
             self.values[i, :, :, t : t + 1] = v
             # Attention of one query per row; query head h reads key/value head h // groups.
-            query = _rotate(q, cos, sin).to(self.attention_dtype)
+            query = q.to(self.attention_dtype)
             keys, values = (c[i, :, :, : t + 1].to(self.attention_dtype) for c in (self.keys, self.values))
             scores = torch.matmul(query, keys.transpose(-1, -2))
             probs = torch.softmax(scores * layer.scaling + bias, dim=-1)
