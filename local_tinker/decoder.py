@@ -23,6 +23,7 @@ the same processing as the model's own forward (`logits.logit_processing`; none 
 families today, but a config that asks for soft-capping or a scale gets it here too).
 """
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -222,9 +223,12 @@ class FusedDecoder:
         first = caches[0].layers[0].keys
         width = first.shape[2]
         shape = (len(self.layers), len(rows), self.kv_heads, width + min(new_tokens, ROOM_STEP), self.head_dim)
-        # Kept in the model's dtype, which holds k and v exactly; attention casts each layer's part.
-        self.keys = first.new_empty(shape)
-        self.values = first.new_empty(shape)
+        # Kept in the dtype attention reads them in where that fits `LARGE_CACHE_BYTES` (no cast a
+        # step), else in the model's dtype, which holds k and v exactly, each layer's part cast.
+        wide = 2 * math.prod(shape) * torch.empty((), dtype=self.attention_dtype).element_size()
+        dtype = self.attention_dtype if wide <= LARGE_CACHE_BYTES else first.dtype
+        self.keys = first.new_empty(shape, dtype=dtype)
+        self.values = first.new_empty(shape, dtype=dtype)
         large = 2 * self.keys.nbytes > LARGE_CACHE_BYTES
         for i in range(len(caches[0].layers)):
             self.keys[i, :, :, :width] = _joined([cache.layers[i].keys for cache in caches])[rows]

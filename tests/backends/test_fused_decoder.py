@@ -211,13 +211,16 @@ def _trained_adapter(name: str, precision: str, rank: int, steps: int) -> tuple[
 @pytest.mark.parametrize("precision", ["bfloat16", "float32"])
 @pytest.mark.parametrize("name", ["recipes/tiny-llama", "recipes/tiny-qwen3"])
 # Adapter scale 32 / rank: 4, and 1 (the fused step skips its multiply). In bf16, 24 new tokens decode
-# over the weights as they are and 40 over their packed copy, where the machine packs them.
-@pytest.mark.parametrize(("rank", "max_tokens"), [(8, 24), (32, 40)])
-def test_sampled_logprobs_equal_scores_and_the_trainers_with_a_trained_adapter(precision: str, name: str,
-                                                                               rank: int, max_tokens: int) -> None:
+# over the weights as they are and 40 over their packed copy, where the machine packs them; the first
+# keep a small KV cache in attention's dtype, the second one in the model's (as a large cache is kept).
+@pytest.mark.parametrize(("rank", "max_tokens", "large_cache"), [(8, 24, False), (32, 40, True)])
+def test_sampled_logprobs_equal_scores_and_the_trainers_with_a_trained_adapter(
+        precision: str, name: str, rank: int, max_tokens: int, large_cache: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The sampler, the scorer and the trainer are one model: log-probs of the same tokens agree to 1e-4
     in bf16 as in fp32, on whatever CPU this runs (`make test-isa` runs it under each ISA the host can
     emulate). Prompts of several lengths share one batch (left padding); three samples each."""
+    if large_cache:
+        monkeypatch.setattr(decoder_module, "LARGE_CACHE_BYTES", 0)
     tokenizer, trainer, sampler = _trained_adapter(name, precision, rank, steps=3)
     assert sampler._snapshot.base.sampler.decoder is not None  # noqa: SLF001
     prompts = [tokenizer.encode(text) for text in ["Hello", "Once upon a time there", "The numbers are"]]
