@@ -173,7 +173,7 @@ def shared_rows(sequences: Sequence[Sequence[int]], row_tokens: int = SHARED_ROW
         tokens = sequences[index]
         if rows:
             last = rows[-1]
-            common = _common_prefix(sequences[last.members[0]], tokens, last.prefix)
+            common = common_prefix_length(sequences[last.members[0]], tokens, last.prefix)
             length = common + sum(len(sequences[m]) - common for m in (*last.members, index))
             if common >= MIN_SHARED_TOKENS and length <= row_tokens:
                 rows[-1] = SharedRow((*last.members, index), common, length)
@@ -182,7 +182,8 @@ def shared_rows(sequences: Sequence[Sequence[int]], row_tokens: int = SHARED_ROW
     return rows
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+def common_prefix_length(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """How many leading tokens `a` and `b` have in common, counting at most `limit`."""
     count = 0
     for x, y in zip(a[:limit], b):
         if x != y:

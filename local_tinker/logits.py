@@ -31,7 +31,7 @@ PROBE_LENGTH = 8
 PROBE_TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2}
 
 
-def _causal_lm(model: nn.Module) -> Any:
+def base_causal_lm(model: nn.Module) -> Any:
     """The transformers model inside a peft wrapper (or the model itself)."""
     wrapped: Any = model
     return wrapped.get_base_model() if hasattr(wrapped, "get_base_model") else wrapped
@@ -66,7 +66,7 @@ class OutputHead:
     """Hidden states `[..., D]` -> the model's logits `[..., V]` in fp32, processed as its forward does."""
 
     def __init__(self, model: nn.Module):
-        causal_lm = _causal_lm(model)
+        causal_lm = base_causal_lm(model)
         self.head: nn.Module = causal_lm.get_output_embeddings()
         self.processing = logit_processing(causal_lm.config)
 
@@ -81,7 +81,7 @@ def check_output_head(model: nn.Module, name: str) -> None:
     Raises:
         ConfigurationError: naming the model and the size of the difference.
     """
-    causal_lm = _causal_lm(model)
+    causal_lm = base_causal_lm(model)
     vocab = int(causal_lm.get_input_embeddings().weight.shape[0])
     parameter = next(causal_lm.parameters())
     probe = (torch.arange(PROBE_LENGTH, device=parameter.device) * 7919 + 3)[None] % vocab

@@ -36,7 +36,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from local_tinker.attention import attention_dtype
-from local_tinker.batch import pad_left_tokens
+from local_tinker.batch import common_prefix_length, pad_left_tokens
 from local_tinker.decoder import FusedDecoder
 from local_tinker.decoder import supports as decoder_supports
 from local_tinker.errors import DataFormatError
@@ -363,7 +363,7 @@ def shared_prefix_length(prompts: Sequence[tuple[int, ...]]) -> int:
     # In sorted order, what the first and the last prompt share, every prompt between them shares.
     first, last = prompts[0], prompts[-1]
     limit = min(len(p) for p in prompts) - 1
-    shared = next((i for i in range(limit) if first[i] != last[i]), limit)
+    shared = common_prefix_length(first, last, limit)
     return shared if shared >= SHARED_PREFIX_MIN_TOKENS else 0
 
 

@@ -48,7 +48,7 @@ from local_tinker.batch import (
 )
 from local_tinker.budget import machine_memory_bytes
 from local_tinker.decoder import supports as decoder_supports
-from local_tinker.logits import OutputHead
+from local_tinker.logits import OutputHead, base_causal_lm
 from local_tinker.losses import (
     ENGINE_INPUTS,
     REQUIRED_INPUTS,
@@ -114,8 +114,7 @@ def _chunk_logprobs(lm_head: OutputHead, rows_N_D: torch.Tensor, targets_N: torc
 
 
 def _decoder_and_head(model: nn.Module) -> tuple[nn.Module, OutputHead]:
-    wrapped: Any = model
-    causal_lm: Any = wrapped.get_base_model() if hasattr(wrapped, "get_base_model") else wrapped
+    causal_lm = base_causal_lm(model)
     return causal_lm.get_decoder(), OutputHead(causal_lm)
 
 
@@ -213,9 +212,7 @@ def _hidden_states(decoder: nn.Module, datums: Sequence[PreparedDatum], pad_id: 
 def prefix_row_tokens(model: nn.Module, max_tokens: int) -> int:
     """The tokens a shared decoder row may hold for `model` (0: its datums are not shared): rows
     need a 4-D attention mask and position ids, which the decoder step's families take as given."""
-    wrapped: Any = model
-    causal_lm: Any = wrapped.get_base_model() if hasattr(wrapped, "get_base_model") else wrapped
-    return min(SHARED_ROW_TOKENS, max_tokens) if decoder_supports(causal_lm) else 0
+    return min(SHARED_ROW_TOKENS, max_tokens) if decoder_supports(base_causal_lm(model)) else 0
 
 
 def _micro_batches(datums: Sequence[PreparedDatum], max_tokens: int, row_tokens: int) -> list[list[int]]:
@@ -284,8 +281,7 @@ class ActivationCost:
 
     @classmethod
     def of(cls, model: nn.Module, precision: Precision) -> "ActivationCost":
-        wrapped: Any = model
-        config: Any = (wrapped.get_base_model() if hasattr(wrapped, "get_base_model") else wrapped).config
+        config: Any = base_causal_lm(model).config
         config = config.get_text_config() if hasattr(config, "get_text_config") else config
         hidden, layers = int(config.hidden_size), int(config.num_hidden_layers)
         intermediate = int(getattr(config, "intermediate_size", None) or 4 * hidden)
