@@ -209,6 +209,27 @@ class FusedDecoder:
 
         return run
 
+    def attention_alone(self, rows: int, positions: int) -> Callable[[], None]:
+        """A call that runs only the attention of one `step` over `rows` rows attending to `positions`
+        keys: every layer's, in the attention dtype (fp64 for a bf16 model), over a KV cache kept as
+        `start` keeps one of that size, on fixed random inputs. Beside `matmuls_alone`, what exact
+        attention adds to a step's floor (the bench reports the two together)."""
+        weight = self.head.weight
+        shape = (len(self.layers), rows, self.kv_heads, positions, self.head_dim)
+        generator = torch.Generator().manual_seed(0)
+        dtype = self._cache_dtype(shape, weight.dtype)
+        keys, values = (torch.randn(shape, generator=generator).to(weight.device, dtype) for _ in range(2))
+        query = torch.randn(rows, self.kv_heads, self.heads // self.kv_heads, self.head_dim,
+                            generator=generator).to(weight.device, weight.dtype)
+        bias = torch.zeros(rows, 1, 1, positions, device=weight.device, dtype=self.attention_dtype)
+
+        def run() -> None:
+            with torch.no_grad():
+                for i, layer in enumerate(self.layers):
+                    _attend(query, keys[i], values[i], layer.scaling, bias)
+
+        return run
+
     def start(self, prefill_cache: Any, rows: torch.Tensor, mask_R_W: torch.Tensor, new_tokens: int) -> None:
         """Copy a prefill cache (one entry per prompt) into a cache with room for more tokens per row.
 
@@ -223,10 +244,7 @@ class FusedDecoder:
         first = caches[0].layers[0].keys
         width = first.shape[2]
         shape = (len(self.layers), len(rows), self.kv_heads, width + min(new_tokens, ROOM_STEP), self.head_dim)
-        # Kept in the dtype attention reads them in where that fits `LARGE_CACHE_BYTES` (no cast a
-        # step), else in the model's dtype, which holds k and v exactly, each layer's part cast.
-        wide = 2 * math.prod(shape) * torch.empty((), dtype=self.attention_dtype).element_size()
-        dtype = self.attention_dtype if wide <= LARGE_CACHE_BYTES else first.dtype
+        dtype = self._cache_dtype(shape, first.dtype)
         self.keys = first.new_empty(shape, dtype=dtype)
         self.values = first.new_empty(shape, dtype=dtype)
         large = 2 * self.keys.nbytes > LARGE_CACHE_BYTES
@@ -240,6 +258,13 @@ class FusedDecoder:
         self.mask = mask_R_W.bool()
         self.length = width
         self._steps_packed = self.head.weight.dtype == torch.float32 or new_tokens >= LOW_PRECISION_PACK_TOKENS
+
+    def _cache_dtype(self, shape: tuple[int, ...], model_dtype: torch.dtype) -> torch.dtype:
+        """What a KV cache of `shape` (keys or values) is kept in: the dtype attention reads it in where
+        both fit `LARGE_CACHE_BYTES` (no cast a step), else the model's, which holds k and v exactly,
+        each layer's part cast as it is read."""
+        wide = 2 * math.prod(shape) * torch.empty((), dtype=self.attention_dtype).element_size()
+        return self.attention_dtype if wide <= LARGE_CACHE_BYTES else model_dtype
 
     def _make_room(self) -> None:
         assert self.keys is not None and self.values is not None
@@ -298,18 +323,24 @@ class FusedDecoder:
             v = qkv[:, q_size + kv_size :].view(rows, self.kv_heads, 1, self.head_dim)
             self.keys[i, :, :, t : t + 1] = k[:, :, None]
             self.values[i, :, :, t : t + 1] = v
-            # Attention of one query per row; query head h reads key/value head h // groups.
-            query = q.to(self.attention_dtype)
-            keys, values = (c[i, :, :, : t + 1].to(self.attention_dtype) for c in (self.keys, self.values))
-            scores = torch.matmul(query, keys.transpose(-1, -2))
-            probs = torch.softmax(scores * layer.scaling + bias, dim=-1)
-            attended = torch.matmul(probs, values).to(x.dtype)
+            attended = _attend(q, self.keys[i, :, :, : t + 1], self.values[i, :, :, : t + 1], layer.scaling, bias)
             x = x + layer.o(attended.reshape(rows, q_size))
             gate, up = layer.gate_up(_rms_norm(x, layer.post_norm)).chunk(2, dim=-1)
             x = x + layer.down(F.silu(gate) * up)
         self.length = t + 1
         logits = self.head(_rms_norm(x, self.final_norm))
         return logits if self.logit_processing is None else self.logit_processing(logits.float())
+
+
+def _attend(q_R_K_G_D: torch.Tensor, keys_R_K_T_D: torch.Tensor, values_R_K_T_D: torch.Tensor, scaling: float,
+            bias_R_1_1_T: torch.Tensor) -> torch.Tensor:
+    """Attention of one query per row, in the dtype of `bias` (the model's attention dtype), returned in
+    q's: query head `k * G + g` reads key/value head `k`."""
+    dtype = bias_R_1_1_T.dtype
+    keys, values = keys_R_K_T_D.to(dtype), values_R_K_T_D.to(dtype)
+    scores = torch.matmul(q_R_K_G_D.to(dtype), keys.transpose(-1, -2))
+    probs = torch.softmax(scores * scaling + bias_R_1_1_T, dim=-1)
+    return torch.matmul(probs, values).to(q_R_K_G_D.dtype)
 
 
 def _joined(parts: list[torch.Tensor]) -> torch.Tensor:

@@ -95,20 +95,25 @@ def memory_bandwidth(repeats: int = 5, quick: bool = False, device: str = "cpu")
 
 MATMUL_OPS = frozenset({torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
                         torch.ops.aten.baddbmm.default})
+# torch's CPU attention kernels (SDPA's flash kernel, forward and backward): what the engine's training
+# attends with, in fp64 for a bf16 model (`attention.py`), besides the casts around it.
+ATTENTION_OPS = frozenset({torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+                           torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default})
 
 
 class MatmulTimer(TorchDispatchMode):
-    """Adds up the wall-clock seconds of every matmul (`MATMUL_OPS`) run on the thread it is entered
-    on, backward passes included (on a CPU autograd runs them on the calling thread). Attention
-    kernels and everything else run untimed."""
+    """Adds up the wall-clock seconds of every matmul (`MATMUL_OPS`, or the ops given) run on the thread
+    it is entered on, backward passes included (on a CPU autograd runs them on the calling thread).
+    Everything else runs untimed."""
 
-    def __init__(self) -> None:
+    def __init__(self, ops: frozenset[Any] = MATMUL_OPS) -> None:
         super().__init__()
+        self.ops = ops
         self.seconds = 0.0
         self.calls = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if func not in MATMUL_OPS:
+        if func not in self.ops:
             return func(*args, **(kwargs or {}))
         start = time.perf_counter()
         out = func(*args, **(kwargs or {}))
@@ -122,8 +127,9 @@ def _here(fn: Callable[[], object]) -> object:
 
 
 def matmul_seconds(step: Callable[[], object], repeats: int,
-                   on_thread: Callable[[Callable[[], object]], object] = _here) -> float:
-    """Median seconds that one call of `step` spends in matmuls, over `repeats` calls after a warm-up.
+                   on_thread: Callable[[Callable[[], object]], object] = _here, ops: frozenset[Any] = MATMUL_OPS) -> float:
+    """Median seconds that one call of `step` spends in matmuls (or in `ops`), over `repeats` calls
+    after a warm-up.
 
     `on_thread(fn)` runs `fn` on the thread that does `step`'s work (the engine's serving thread for
     a client call); the timer is entered and left there. What a step would cost if it were nothing
@@ -131,7 +137,7 @@ def matmul_seconds(step: Callable[[], object], repeats: int,
     """
 
     def timed() -> float:
-        timer = MatmulTimer()
+        timer = MatmulTimer(ops)
         on_thread(timer.__enter__)
         try:
             step()
@@ -154,23 +160,29 @@ def weight_bytes(model: torch.nn.Module, dtype: torch.dtype) -> int:
 
 
 def decode_matmuls_tok_s(model_name: str, dtype: torch.dtype, repeats: int = 5, rows: int = 8,
-                         steps: int = 10, device: str = "cpu") -> float | None:
+                         steps: int = 10, device: str = "cpu", attention_positions: int = 0) -> float | None:
     """Tokens/s of decoding `rows` sequences if a decode step were nothing but its matmuls: the
     engine's fused step (`FusedDecoder.matmuls_alone`) on the base model in `dtype`, weights packed as
-    it packs them; None where the fused step does not support the model.
+    it packs them; None where the fused step does not support the model. With `attention_positions`,
+    the step's attention over that many keys is timed with them (`FusedDecoder.attention_alone`: in
+    fp64 for a bf16 model, as every path of the engine attends).
 
     The weight-streaming bound assumes a step costs only reading the weights once; at a few rows a
     CPU's matmuls (compute and per-call cost) can take much longer than that, and this figure says
-    how much: no sampler built on these matmuls decodes faster.
+    how much: no sampler built on these matmuls (and this attention) decodes faster.
     """
     model: Any = load_base_model(model_name)
     model.to(device, dtype)  # as the engine stores a frozen base
     if not supports(model):
         return None
-    matmuls = FusedDecoder(model).matmuls_alone(rows)
+    decoder = FusedDecoder(model)
+    parts = [decoder.matmuls_alone(rows)]
+    if attention_positions:
+        parts.append(decoder.attention_alone(rows, attention_positions))
 
     def run() -> None:
         for _ in range(steps):
-            matmuls()
+            for part in parts:
+                part()
 
     return rows * steps / median_seconds(run, repeats)

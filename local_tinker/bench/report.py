@@ -83,6 +83,10 @@ def derive(groups: list[GroupResult]) -> dict[str, dict[str, Any]]:
         if "train_matmuls_tok_s" in row:  # the same step, counting only the time its matmuls take
             out["train_matmuls_frac_of_peak"] = frac_of_peak(row["train_matmuls_tok_s"], flops, peak)
             out["train_frac_of_matmuls"] = _ratio(row.get("train_tok_s"), row["train_matmuls_tok_s"])
+        if "train_matmuls_attention_tok_s" in row:  # and its attention kernels: what the step cannot go below
+            out["train_attention_ceiling_frac_of_matmuls"] = _ratio(row["train_matmuls_attention_tok_s"],
+                                                                    row.get("train_matmuls_tok_s"))
+            out["train_frac_of_matmuls_attention"] = _ratio(row.get("train_tok_s"), row["train_matmuls_attention_tok_s"])
         for key in ("sample_8_prompts_tok_s", "sample_lora_tok_s"):  # 8 rows, as the bound assumes
             if key in row:
                 out[key.replace("_tok_s", "_frac_of_bound")] = row[key] / bound
@@ -91,6 +95,13 @@ def derive(groups: list[GroupResult]) -> dict[str, dict[str, Any]]:
             out |= {"decode_matmuls_tok_s": matmuls, "decode_matmuls_frac_of_bound": matmuls / bound}
             out["sample_8_prompts_frac_of_matmuls"] = _ratio(row.get("sample_8_prompts_tok_s"), matmuls)
             out["sample_lora_frac_of_matmuls"] = _ratio(row.get("sample_lora_tok_s"), matmuls)
+        floor = machine.get(f"decode_matmuls_attention_tok_s_{precision}")  # the same with the step's attention
+        if floor is not None:
+            out["decode_matmuls_attention_tok_s"] = floor
+            out["decode_attention_positions"] = machine.get("decode_attention_positions")
+            # The most a sampler's tokens/s can be of the matmuls-alone figure while it attends as the engine does.
+            out["decode_attention_ceiling_frac_of_matmuls"] = _ratio(floor, matmuls)
+            out["sample_8_prompts_frac_of_matmuls_attention"] = _ratio(row.get("sample_8_prompts_tok_s"), floor)
         out["rl_batch_s"] = row.get("rl_batch_s")
         out["train_vs_peft_loop"] = _ratio(row.get("train_tok_s"), row.get("peer_train_tok_s"))
         out["sample_vs_hf_generate"] = _ratio(row.get("sample_8_prompts_tok_s"), row.get("peer_sample_tok_s"))
@@ -193,6 +204,11 @@ def _engine_lines(row: dict[str, float], out: dict[str, Any]) -> list[str]:
         lines += _line("ceiling: that step's matmuls alone, timed in it", row["train_matmuls_tok_s"],
                        extra=f" = {out['train_matmuls_frac_of_peak']:.0%} of peak"
                        + ("" if reached is None else f"; training reaches {reached:.0%} of it"))
+    if "train_matmuls_attention_tok_s" in row:
+        reached, ceiling = out.get("train_frac_of_matmuls_attention"), out.get("train_attention_ceiling_frac_of_matmuls")
+        lines += _line("ceiling: those matmuls + attention kernels", row["train_matmuls_attention_tok_s"],
+                       extra=("" if ceiling is None else f" = {ceiling:.0%} of the matmuls alone")
+                       + ("" if reached is None else f"; training reaches {reached:.0%} of it"))
     lines += _line("train 8x128, 1 token in 4 weighted", row.get("train_masked_tok_s"))
     bound = f" (bound {out['decode_bound_tok_s']:.0f})"
     for key, label in (("sample_8_prompts", "sample 8 prompts x 64 tokens"),
@@ -204,6 +220,14 @@ def _engine_lines(row: dict[str, float], out: dict[str, Any]) -> list[str]:
         reached = out.get("sample_8_prompts_frac_of_matmuls")
         lines += _line("ceiling: a decode step's matmuls alone, 8 rows", out["decode_matmuls_tok_s"],
                        extra=f" = {out['decode_matmuls_frac_of_bound']:.0%} of weight-streaming bound"
+                       + ("" if reached is None else f"; sampling 8 prompts reaches {reached:.0%} of it"))
+    if "decode_matmuls_attention_tok_s" in out:
+        reached = out.get("sample_8_prompts_frac_of_matmuls_attention")
+        ceiling = out.get("decode_attention_ceiling_frac_of_matmuls")
+        keys = out.get("decode_attention_positions")
+        lines += _line("ceiling: those matmuls + attention" + ("" if keys is None else f", {keys:.0f} keys"),
+                       out["decode_matmuls_attention_tok_s"],
+                       extra=("" if ceiling is None else f" = {ceiling:.0%} of the matmuls alone")
                        + ("" if reached is None else f"; sampling 8 prompts reaches {reached:.0%} of it"))
     lines += _line("sample 1 prompt x 8 samples x 64 tokens", row.get("sample_1_prompt_x8_tok_s"))
     if "rl_batch_tok_s" in row:

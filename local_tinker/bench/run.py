@@ -8,7 +8,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import chz
 import torch
@@ -111,9 +111,14 @@ def _machine(config: BenchConfig) -> dict[str, float]:
                 "peak_gflop_s_float32": machine.matmul_peak(torch.float32, repeats, config.quick, device),
                 "peak_gflop_s_bfloat16": machine.matmul_peak(torch.bfloat16, repeats, config.quick, device),
                 "bandwidth_gb_s": machine.memory_bandwidth(repeats, config.quick, device)}
+    positions = workloads.sampling_positions(config.model)
     for precision in config.precisions:
-        tok_s = machine.decode_matmuls_tok_s(config.model, getattr(torch, precision), repeats, device=device)
+        dtype = getattr(torch, precision)
+        tok_s = machine.decode_matmuls_tok_s(config.model, dtype, repeats, device=device)
         figures |= {} if tok_s is None else {f"decode_matmuls_tok_s_{precision}": tok_s}
+        tok_s = machine.decode_matmuls_tok_s(config.model, dtype, repeats, device=device, attention_positions=positions)
+        figures |= {} if tok_s is None else {f"decode_matmuls_attention_tok_s_{precision}": tok_s,
+                                             "decode_attention_positions": float(positions)}
     return figures
 
 
@@ -131,12 +136,17 @@ def _engine_train(config: BenchConfig, precision: str) -> dict[str, float]:
                "train_masked_tok_s": masked.predicted_tokens / seconds["masked"]}
     if config.device == "cpu":  # a GPU's matmuls run after their launch: timing the launch says nothing
         figures["train_matmuls_tok_s"] = all_weighted.predicted_tokens / _matmul_seconds(config, precision, all_step)
+        figures["train_matmuls_attention_tok_s"] = all_weighted.predicted_tokens / _matmul_seconds(
+            config, precision, all_step, machine.MATMUL_OPS | machine.ATTENTION_OPS)
     return figures
 
 
-def _matmul_seconds(config: BenchConfig, precision: str, step: Callable[[], object]) -> float:
-    """Seconds of `step`'s matmuls, timed on the engine's thread (at most 3 timed calls: each is a whole step)."""
-    return machine.matmul_seconds(step, min(3, config.repeats), on_thread=_engine_thread(precision, config.device))
+def _matmul_seconds(config: BenchConfig, precision: str, step: Callable[[], object],
+                    ops: frozenset[Any] = machine.MATMUL_OPS) -> float:
+    """Seconds of `step`'s matmuls (or `ops`), timed on the engine's thread (at most 3 timed calls: each is
+    a whole step)."""
+    return machine.matmul_seconds(step, min(3, config.repeats), on_thread=_engine_thread(precision, config.device),
+                                  ops=ops)
 
 
 def _engine_sample(config: BenchConfig, precision: str) -> dict[str, float]:

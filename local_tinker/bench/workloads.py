@@ -34,8 +34,18 @@ def training_step(service: Any, model: str, batch: TokenBatch, train_unembed: bo
     return step
 
 
+SAMPLING_TOKENS = 64  # new tokens a sampling run draws per prompt
+
+
+def sampling_positions(model: str) -> int:
+    """Keys a decode step of `sampling_run` attends to, on average: a prompt's tokens and half the
+    new ones (the steps after the first token attend to 1, 2, ... of them)."""
+    tokenizer = get_tokenizer(model)
+    return round(statistics.mean(len(tokenizer.encode(text)) for text in SAMPLING_PROMPTS)) + SAMPLING_TOKENS // 2
+
+
 def sampling_run(service: Any, model: str, shared_prompt: bool, lora: bool = False,
-                 max_tokens: int = 64) -> Callable[[], None]:
+                 max_tokens: int = SAMPLING_TOKENS) -> Callable[[], None]:
     """8 prompts x `max_tokens` new tokens (or 1 prompt x 8 samples), from the base model or a LoRA snapshot."""
     if lora:  # a rank-32 adapter snapshot, as RL samples from (bf16 keeps it beside the weights)
         trainer = service.create_lora_training_client(model, rank=32, seed=0).result()

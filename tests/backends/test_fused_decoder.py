@@ -159,6 +159,33 @@ def test_matmuls_alone_are_the_matmuls_of_a_step(with_lora: bool, monkeypatch: p
     assert calls == in_step
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_alone_is_the_attention_of_a_step(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's attention ceiling runs what a step's attention runs: a call per layer with the same
+    scaling, query and cache dtypes (fp64 attention and cache for bf16 here: a small cache) and shapes."""
+    model = load_base_model("recipes/tiny-llama").to(dtype).eval()
+    fused = FusedDecoder(model)
+    calls: list[tuple[Any, ...]] = []
+    original = decoder_module._attend
+
+    def recorded(q, keys, values, scaling, bias):  # type: ignore[no-untyped-def]
+        calls.append((q.dtype, tuple(q.shape), keys.dtype, tuple(keys.shape), values.dtype, tuple(values.shape),
+                      scaling, bias.dtype, tuple(bias.shape)))
+        return original(q, keys, values, scaling, bias)
+
+    monkeypatch.setattr(decoder_module, "_attend", recorded)
+    tokens, mask, positions = pad_left_tokens([list(p) for p in PROMPTS])
+    with torch.inference_mode():
+        out = model.get_decoder()(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True)
+        fused.start(out.cache, torch.arange(len(PROMPTS)), mask, new_tokens=1)
+        fused.step(torch.tensor([42] * len(PROMPTS)), torch.tensor([len(p) for p in PROMPTS]))
+    in_step, calls[:] = list(calls), []
+    keys = tokens.shape[1] + 1
+    fused.attention_alone(rows=len(PROMPTS), positions=keys)()
+    assert len(in_step) == len(fused.layers) and calls == in_step
+    assert in_step[0][2] == (torch.float64 if dtype == torch.bfloat16 else torch.float32)
+
+
 def test_unsupported_architectures_fall_back_to_the_model_forward() -> None:
     config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1, mlp_bias=True)

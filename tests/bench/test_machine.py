@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from local_tinker.bench.machine import MatmulTimer, matmul_seconds
+from local_tinker.bench.machine import ATTENTION_OPS, MATMUL_OPS, MatmulTimer, matmul_seconds
 
 
 def test_forward_and_backward_matmuls_are_counted_and_nothing_else() -> None:
@@ -18,6 +18,18 @@ def test_forward_and_backward_matmuls_are_counted_and_nothing_else() -> None:
     with MatmulTimer() as timer:
         (x * 2).sum().backward()
     assert timer.calls == 0 and timer.seconds == 0.0
+
+
+def test_with_the_attention_ops_the_attention_kernels_are_counted_too() -> None:
+    """The bench's training ceiling with attention: SDPA's CPU kernel forward and backward, as the engine's
+    training attends (fp64 in a bf16 model), beside the matmuls; the matmuls alone leave them out."""
+    q, w = torch.randn(2, 4, 8, 16, dtype=torch.float64, requires_grad=True), torch.randn(16, 16, dtype=torch.float64)
+    for ops, expected in ((MATMUL_OPS, 2), (MATMUL_OPS | ATTENTION_OPS, 4)):
+        with MatmulTimer(ops) as timer:
+            out = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+            (out @ w).sum().backward()
+        assert timer.calls == expected, ops  # out @ w and its backward's grad @ w^T; attention forward and backward
+        q.grad = None
 
 
 def test_a_step_costs_its_matmuls_not_its_other_work() -> None:

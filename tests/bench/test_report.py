@@ -16,14 +16,16 @@ from local_tinker.bench.report import (
 
 MACHINE = GroupResult("machine", {"threads": 2.0, "peak_gflop_s_float32": 200.0, "peak_gflop_s_bfloat16": 400.0,
                                   "bandwidth_gb_s": 10.0, "mflop_per_token": 400.0, "params": 1e8,
-                                  "decode_matmuls_tok_s_bfloat16": 300.0}, peak_rss_mb=300.0)
+                                  "decode_matmuls_tok_s_bfloat16": 300.0, "decode_matmuls_attention_tok_s_bfloat16": 240.0,
+                                  "decode_attention_positions": 43.0}, peak_rss_mb=300.0)
 
 
 def groups() -> list[GroupResult]:
     return [
         MACHINE,
         GroupResult("engine_train/bfloat16", {"train_tok_s": 500.0, "train_masked_tok_s": 600.0,
-                                              "train_matmuls_tok_s": 800.0}, peak_rss_mb=900.0),
+                                              "train_matmuls_tok_s": 800.0, "train_matmuls_attention_tok_s": 640.0},
+                    peak_rss_mb=900.0),
         GroupResult("engine_sample/bfloat16", {"sample_8_prompts_tok_s": 200.0, "sample_1_prompt_x8_tok_s": 210.0,
                                                "sample_lora_tok_s": 100.0}, peak_rss_mb=800.0),
         GroupResult("rl_batch/bfloat16", {"rl_batch_tok_s": 80.0, "rl_batch_s": 2.5, "rl_batch_tokens": 200.0}),
@@ -50,11 +52,15 @@ def test_derived_ratios() -> None:
     assert out["train_gflop_s"] == pytest.approx(200.0)
     assert out["train_matmuls_frac_of_peak"] == pytest.approx(0.8)  # 800 tok/s x 0.4 GFLOP = 320 of 400 GFLOP/s
     assert out["train_frac_of_matmuls"] == pytest.approx(0.625)  # 500 of 800 tok/s
+    assert out["train_attention_ceiling_frac_of_matmuls"] == pytest.approx(0.8)  # 640 of 800 tok/s
+    assert out["train_frac_of_matmuls_attention"] == pytest.approx(500 / 640)
     assert out["decode_bound_tok_s"] == pytest.approx(400.0)
     assert out["sample_8_prompts_frac_of_bound"] == pytest.approx(0.5)
     assert out["sample_lora_frac_of_bound"] == pytest.approx(0.25)
     assert out["decode_matmuls_frac_of_bound"] == pytest.approx(0.75)  # 300 of 400 tok/s
     assert out["sample_8_prompts_frac_of_matmuls"] == pytest.approx(2 / 3)  # 200 of 300
+    assert out["decode_attention_ceiling_frac_of_matmuls"] == pytest.approx(0.8)  # 240 of 300 tok/s
+    assert out["sample_8_prompts_frac_of_matmuls_attention"] == pytest.approx(5 / 6)  # 200 of 240
     assert "rl_batch_frac_of_bound" not in out  # 32 rows that stop early: the 8-row bound does not apply
     assert out["train_vs_peft_loop"] == pytest.approx(2.0)
     assert out["sample_vs_hf_generate"] == pytest.approx(1.25)
@@ -90,7 +96,9 @@ def test_table_names_the_best_setting_the_ratios_and_the_memory() -> None:
     assert "TRL bf16 base weights, padding-free" in table
     assert "= 50% of peak" in table and "= 50% of weight-streaming bound" in table
     assert "= 75% of weight-streaming bound; sampling 8 prompts reaches 67% of it" in table
+    assert "ceiling: those matmuls + attention, 43 keys" in table and "= 80% of the matmuls alone; sampling 8 prompts reaches 83% of it" in table
     assert "= 80% of peak; training reaches 62% of it" in table
+    assert "ceiling: those matmuls + attention kernels" in table and "= 80% of the matmuls alone; training reaches 78% of it" in table
     assert "our step's matmuls alone, timed in it" in table and "= 84% of peak = 2.40x best TRL" in table
     assert "-> ours 2.00x" in table  # the peft loop
     assert ("peer: CTranslate2 int8, 8 prompts x 64" in table and "= 50% of its weight-streaming bound (800)" in table

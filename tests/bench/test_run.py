@@ -6,7 +6,7 @@ from pathlib import Path
 import chz
 import pytest
 
-from local_tinker.bench import run, worker
+from local_tinker.bench import run, worker, workloads
 from local_tinker.bench.report import GroupResult
 from recipes_lib.argv import config_from_argv
 
@@ -35,6 +35,9 @@ def test_worker_writes_the_group_with_its_peak_rss(tmp_path: Path) -> None:
     assert result.name == "machine" and result.peak_rss_mb is not None and result.peak_rss_mb > 0
     assert result.figures["params"] > 0 and result.figures["mflop_per_token"] > 0
     assert result.figures["decode_matmuls_tok_s_float32"] > 0 and result.figures["decode_matmuls_tok_s_bfloat16"] > 0
+    for precision in ("float32", "bfloat16"):  # the step's attention costs time on top of its matmuls
+        assert 0 < result.figures[f"decode_matmuls_attention_tok_s_{precision}"] < result.figures[f"decode_matmuls_tok_s_{precision}"]
+    assert result.figures["decode_attention_positions"] == workloads.sampling_positions("recipes/tiny-llama")
 
 
 def test_main_prints_the_table_and_writes_every_figure(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
