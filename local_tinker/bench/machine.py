@@ -159,16 +159,17 @@ def weight_bytes(model: torch.nn.Module, dtype: torch.dtype) -> int:
     return sum(p.numel() for p in model.parameters()) * torch.empty((), dtype=dtype).element_size()
 
 
-def decode_matmuls_tok_s(model_name: str, dtype: torch.dtype, repeats: int = 5, rows: int = 8,
-                         steps: int = 10, device: str = "cpu", attention_positions: int = 0) -> float | None:
-    """Tokens/s of decoding `rows` sequences if a decode step were nothing but its matmuls: the
-    engine's fused step (`FusedDecoder.matmuls_alone`) on the base model in `dtype`, weights packed as
-    it packs them; None where the fused step does not support the model. With `attention_positions`,
-    the step's attention over that many keys is timed with them (`FusedDecoder.attention_alone`: in
-    fp64 for a bf16 model, as every path of the engine attends).
+def decode_ceilings_tok_s(model_name: str, dtype: torch.dtype, repeats: int = 5, rows: int = 8, steps: int = 10,
+                          device: str = "cpu", attention_positions: int = 0) -> dict[str, float] | None:
+    """Tokens/s of decoding `rows` sequences if a decode step were nothing but its matmuls ("matmuls"):
+    the engine's fused step (`FusedDecoder.matmuls_alone`) on the base model in `dtype`, weights packed
+    as it packs them; with `attention_positions`, also if it were nothing but those matmuls and its
+    attention over that many keys ("matmuls_attention": `FusedDecoder.attention_alone`, in fp64 for a
+    bf16 model, as every path of the engine attends), the two parts timed alternately on one model.
+    None where the fused step does not support the model.
 
     The weight-streaming bound assumes a step costs only reading the weights once; at a few rows a
-    CPU's matmuls (compute and per-call cost) can take much longer than that, and this figure says
+    CPU's matmuls (compute and per-call cost) can take much longer than that, and these figures say
     how much: no sampler built on these matmuls (and this attention) decodes faster.
     """
     model: Any = load_base_model(model_name)
@@ -176,13 +177,19 @@ def decode_matmuls_tok_s(model_name: str, dtype: torch.dtype, repeats: int = 5, 
     if not supports(model):
         return None
     decoder = FusedDecoder(model)
-    parts = [decoder.matmuls_alone(rows)]
+    parts = {"matmuls": decoder.matmuls_alone(rows)}
     if attention_positions:
-        parts.append(decoder.attention_alone(rows, attention_positions))
+        parts["attention"] = decoder.attention_alone(rows, attention_positions)
 
-    def run() -> None:
-        for _ in range(steps):
-            for part in parts:
+    def repeated(part: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(steps):
                 part()
 
-    return rows * steps / median_seconds(run, repeats)
+        return run
+
+    seconds = alternating_seconds({name: repeated(part) for name, part in parts.items()}, repeats)
+    ceilings = {"matmuls": rows * steps / seconds["matmuls"]}
+    if "attention" in seconds:
+        ceilings["matmuls_attention"] = rows * steps / (seconds["matmuls"] + seconds["attention"])
+    return ceilings

@@ -113,12 +113,12 @@ def _machine(config: BenchConfig) -> dict[str, float]:
                 "bandwidth_gb_s": machine.memory_bandwidth(repeats, config.quick, device)}
     positions = workloads.sampling_positions(config.model)
     for precision in config.precisions:
-        dtype = getattr(torch, precision)
-        tok_s = machine.decode_matmuls_tok_s(config.model, dtype, repeats, device=device)
-        figures |= {} if tok_s is None else {f"decode_matmuls_tok_s_{precision}": tok_s}
-        tok_s = machine.decode_matmuls_tok_s(config.model, dtype, repeats, device=device, attention_positions=positions)
-        figures |= {} if tok_s is None else {f"decode_matmuls_attention_tok_s_{precision}": tok_s,
-                                             "decode_attention_positions": float(positions)}
+        ceilings = machine.decode_ceilings_tok_s(config.model, getattr(torch, precision), repeats, device=device,
+                                                 attention_positions=positions)
+        if ceilings is not None:
+            figures |= {f"decode_matmuls_tok_s_{precision}": ceilings["matmuls"],
+                        f"decode_matmuls_attention_tok_s_{precision}": ceilings["matmuls_attention"],
+                        "decode_attention_positions": float(positions)}
     return figures
 
 
