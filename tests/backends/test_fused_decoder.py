@@ -132,6 +132,16 @@ def test_weights_written_through_the_model_reach_the_fused_step() -> None:
     torch.testing.assert_close(logits, _reference_logits(model, [PROMPTS[0] + [42]]), atol=1e-4, rtol=1e-4)
 
 
+def _one_step(model: Any, fused: FusedDecoder) -> int:
+    """Prefill `PROMPTS` (left-padded), start `fused` from that cache and take one step; the padded width."""
+    tokens, mask, positions = pad_left_tokens([list(p) for p in PROMPTS])
+    with torch.inference_mode():
+        out = model.get_decoder()(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True)
+        fused.start(out.cache, torch.arange(len(PROMPTS)), mask, new_tokens=1)
+        fused.step(torch.tensor([42] * len(PROMPTS)), torch.tensor([len(p) for p in PROMPTS]))
+    return int(tokens.shape[1])
+
+
 @pytest.mark.parametrize("with_lora", [False, True])
 def test_matmuls_alone_are_the_matmuls_of_a_step(with_lora: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The bench's decode ceiling times the same matmuls (weights, packed copies, row counts) as a step."""
@@ -147,11 +157,7 @@ def test_matmuls_alone_are_the_matmuls_of_a_step(with_lora: bool, monkeypatch: p
         return original(x, weight, packed, bias)
 
     monkeypatch.setattr(projections, "_linear", recorded)
-    tokens, mask, positions = pad_left_tokens([list(p) for p in PROMPTS])
-    with torch.inference_mode():
-        out = model.get_decoder()(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True)
-        fused.start(out.cache, torch.arange(len(PROMPTS)), mask, new_tokens=1)
-        fused.step(torch.tensor([42] * len(PROMPTS)), torch.tensor([len(p) for p in PROMPTS]))
+    _one_step(model, fused)
     in_step, calls[:] = list(calls), []
     fused.matmuls_alone(rows=len(PROMPTS))()
     base = 4 * len(fused.layers) + 1  # qkv, o, gate_up, down per layer; the head
@@ -174,14 +180,9 @@ def test_attention_alone_is_the_attention_of_a_step(dtype: torch.dtype, monkeypa
         return original(q, keys, values, scaling, bias)
 
     monkeypatch.setattr(decoder_module, "_attend", recorded)
-    tokens, mask, positions = pad_left_tokens([list(p) for p in PROMPTS])
-    with torch.inference_mode():
-        out = model.get_decoder()(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True)
-        fused.start(out.cache, torch.arange(len(PROMPTS)), mask, new_tokens=1)
-        fused.step(torch.tensor([42] * len(PROMPTS)), torch.tensor([len(p) for p in PROMPTS]))
+    width = _one_step(model, fused)
     in_step, calls[:] = list(calls), []
-    keys = tokens.shape[1] + 1
-    fused.attention_alone(rows=len(PROMPTS), positions=keys)()
+    fused.attention_alone(rows=len(PROMPTS), positions=width + 1)()
     assert len(in_step) == len(fused.layers) and calls == in_step
     assert in_step[0][2] == (torch.float64 if dtype == torch.bfloat16 else torch.float32)
 
