@@ -247,7 +247,7 @@ class FusedDecoder:
         dtype = self._cache_dtype(shape, first.dtype)
         self.keys = first.new_empty(shape, dtype=dtype)
         self.values = first.new_empty(shape, dtype=dtype)
-        large = 2 * self.keys.nbytes > LARGE_CACHE_BYTES
+        large = self._cache_is_large()
         for i in range(len(caches[0].layers)):
             self.keys[i, :, :, :width] = _joined([cache.layers[i].keys for cache in caches])[rows]
             self.values[i, :, :, :width] = _joined([cache.layers[i].values for cache in caches])[rows]
@@ -265,6 +265,11 @@ class FusedDecoder:
         each layer's part cast as it is read."""
         wide = 2 * math.prod(shape) * torch.empty((), dtype=self.attention_dtype).element_size()
         return self.attention_dtype if wide <= LARGE_CACHE_BYTES else model_dtype
+
+    def _cache_is_large(self) -> bool:
+        """Whether the KV cache (keys and values, as kept) is over `LARGE_CACHE_BYTES`."""
+        assert self.keys is not None and self.values is not None
+        return self.keys.nbytes + self.values.nbytes > LARGE_CACHE_BYTES
 
     def _make_room(self) -> None:
         assert self.keys is not None and self.values is not None
@@ -286,7 +291,7 @@ class FusedDecoder:
         whole (two ops instead of two per layer).
         """
         assert self.keys is not None and self.values is not None and self.mask is not None
-        if 2 * self.keys.nbytes > LARGE_CACHE_BYTES:
+        if self._cache_is_large():
             rows = len(index)
             with torch.inference_mode():  # the cache is made under it (the prefill's)
                 for cache in (self.keys, self.values):
