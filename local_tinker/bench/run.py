@@ -27,7 +27,8 @@ from local_tinker.tokenizers import get_tokenizer
 logger = logging.getLogger(__name__)
 FAILED = "failed"
 T = TypeVar("T")
-DEFAULT_TRL_SETTINGS = ("fp32_sdpa", "fp32_eager", "bf16_sdpa", "bf16_eager", "bf16_padding_free")
+# The fp32-weight settings run in both precisions (under bf16 autocast in bf16), the bf16 ones in bf16 only.
+DEFAULT_TRL_SETTINGS = ("fp32_sdpa", "fp32_eager", "fp32_padding_free", "bf16_sdpa", "bf16_eager", "bf16_padding_free")
 CPU_ONLY = ("trl", "ct2_generate")  # groups whose peers this bench runs on the CPU only
 
 
@@ -45,8 +46,8 @@ class BenchConfig:
     json_path: str | None = None
     # The base model (tests use recipes/tiny-llama).
     model: str = SMOLLM2_NAME
-    # TRL settings to try against our engine (bf16 autocast only, as the comparison is made there);
-    # empty skips the TRL peer. Names: local_tinker.bench.trl_peer.TRL_SETTINGS.
+    # TRL settings to try against our engine, each in the precisions it trains in (bf16 autocast in
+    # bf16, plain fp32 in fp32); empty skips the TRL peer. Names: local_tinker.bench.trl_peer.TRL_SETTINGS.
     trl_settings: tuple[str, ...] = DEFAULT_TRL_SETTINGS
     # Run each workload group in its own process, so peak RSS is per workload (False: in-process, no RSS).
     isolate: bool = True
@@ -72,11 +73,12 @@ class BenchConfig:
 
 
 def group_names(config: BenchConfig) -> list[str]:
-    """The workload groups, in run order: the machine, then per precision the TRL comparison (bf16),
-    the RL batch, our training and sampling rows, the other peers (CTranslate2 last) and the server."""
+    """The workload groups, in run order: the machine, then per precision the TRL comparison (where a
+    configured setting trains in that precision), the RL batch, our training and sampling rows, the
+    other peers (CTranslate2 last) and the server."""
     names = ["machine"]
     for precision in config.precisions:
-        names += [f"trl/{precision}"] if precision == "bfloat16" and config.trl_settings else []
+        names += [f"trl/{precision}"] if _trl_settings(config, precision) else []
         names += [f"{kind}/{precision}" for kind in ("rl_batch", "engine_train", "engine_sample", "peft_loop",
                                                      "hf_generate", "ct2_generate")]
         names += [f"server/{precision}"] if config.server else []
@@ -195,14 +197,19 @@ def _trl(config: BenchConfig, precision: str) -> report.GroupResult:
         steps = {"engine": machine.wall_clock(engine_step)}
         if missing is None:  # each TRL step on the engine's thread, so both use the same thread and cores
             steps |= {f"trl/{workload}/{name}": _on_engine_thread(
-                precision, config.device, trl_peer.trl_step(config.model, batch, trl_peer.TRL_SETTINGS[name]))
-                      for name in config.trl_settings}
+                precision, config.device, trl_peer.trl_step(config.model, batch, trl_peer.TRL_SETTINGS[name], precision))
+                      for name in _trl_settings(config, precision)}
         seconds = machine.alternating_self_timed(steps, config.repeats)
         figures |= {("engine_" + workload + "_tok_s" if key == "engine" else key): batch.predicted_tokens / value
                     for key, value in seconds.items()}
         figures[f"engine_{workload}_matmuls_tok_s"] = (batch.predicted_tokens
                                                        / _matmul_seconds(config, precision, engine_step))
     return report.GroupResult(f"trl/{precision}", figures, notes=[missing] if missing else [])
+
+
+def _trl_settings(config: BenchConfig, precision: str) -> list[str]:
+    """The configured TRL settings that train in `precision` (`TrlSetting.runs_in`)."""
+    return [name for name in config.trl_settings if trl_peer.TRL_SETTINGS[name].runs_in(precision)]
 
 
 def _ct2_generate(config: BenchConfig, precision: str) -> report.GroupResult:

@@ -1,8 +1,9 @@
 """TRL's `SFTTrainer` + PEFT as the training peer, under each of a few settings (the bench keeps the best).
 
 Every setting trains rank-32 LoRA on all linear layers except the unembedding (peft's
-"all-linear"; TRL refuses a LoRA on lm_head), with bf16 autocast (`bf16=True`), AdamW at a
-constant lr, batch 8, on the `TokenBatch` our engine trains on (the same ids and loss targets,
+"all-linear"; TRL refuses a LoRA on lm_head) in the run's precision: under bf16 autocast
+(`bf16=True`) in bf16, in plain fp32 (`bf16=False`) in fp32, where only the settings with fp32
+base weights run. AdamW at a constant lr, batch 8, on the `TokenBatch` our engine trains on (the same ids and loss targets,
 given as `input_ids` + `labels` so TRL tokenizes nothing). What is timed is TRL's own step inside
 `trainer.train()` (forward, backward, grad clipping, optimizer, scheduler, zero_grad), read by a
 callback: each measurement runs `train()` for two steps and keeps the second, so neither the
@@ -38,6 +39,10 @@ class TrlSetting:
     padding_free: bool = False
     activation_checkpointing: bool = False  # TRL's default is True; it only costs time at this size
 
+    def runs_in(self, precision: str) -> bool:
+        """Whether the setting trains in `precision`: bf16 base weights only under bf16 autocast."""
+        return precision == "bfloat16" or not self.bf16_weights
+
 
 TRL_SETTINGS: dict[str, TrlSetting] = {
     "defaults": TrlSetting("TRL's defaults (fp32 weights, sdpa, activation checkpointing)",
@@ -46,6 +51,7 @@ TRL_SETTINGS: dict[str, TrlSetting] = {
     "fp32_eager": TrlSetting("fp32 base weights, eager attention", attention="eager"),
     "bf16_sdpa": TrlSetting("bf16 base weights, sdpa attention", bf16_weights=True),
     "bf16_eager": TrlSetting("bf16 base weights, eager attention", bf16_weights=True, attention="eager"),
+    "fp32_padding_free": TrlSetting("fp32 base weights, padding-free", padding_free=True),
     "bf16_padding_free": TrlSetting("bf16 base weights, padding-free", bf16_weights=True, padding_free=True),
 }
 
@@ -59,8 +65,11 @@ def trl_missing() -> str | None:
     return None
 
 
-def trl_step(model_name: str, batch: TokenBatch, setting: TrlSetting) -> Callable[[], float]:
-    """A fresh `SFTTrainer` on `batch`; each call returns the seconds of one steady TRL training step."""
+def trl_step(model_name: str, batch: TokenBatch, setting: TrlSetting, precision: str) -> Callable[[], float]:
+    """A fresh `SFTTrainer` on `batch` in `precision` ("bfloat16": bf16 autocast; "float32": none);
+    each call returns the seconds of one steady TRL training step."""
+    if not setting.runs_in(precision):
+        raise ValueError(f"the TRL setting {setting.description!r} does not train in {precision}")
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import PrinterCallback, TrainerCallback
@@ -87,7 +96,7 @@ def trl_step(model_name: str, batch: TokenBatch, setting: TrlSetting) -> Callabl
     output_dir = tempfile.mkdtemp(prefix="bench-trl-")  # TRL requires one; nothing is saved there
     args = SFTConfig(
         output_dir=output_dir, max_steps=2, per_device_train_batch_size=len(batch.tokens_S),
-        learning_rate=1e-5, lr_scheduler_type="constant", bf16=True, use_cpu=True, save_strategy="no",
+        learning_rate=1e-5, lr_scheduler_type="constant", bf16=precision == "bfloat16", use_cpu=True, save_strategy="no",
         report_to="none", logging_strategy="no", disable_tqdm=True, seed=0, max_length=None,
         padding_free=setting.padding_free, activation_checkpointing=setting.activation_checkpointing)
     trainer = SFTTrainer(

@@ -15,11 +15,16 @@ def config(*argv: str) -> run.BenchConfig:
     return config_from_argv(chz.Blueprint(run.BenchConfig), list(argv))
 
 
-def test_groups_per_precision_trl_in_bf16_only() -> None:
+def test_groups_per_precision_trl_where_a_setting_trains_in_it() -> None:
     assert run.group_names(config("precisions=bfloat16", "server=True")) == [
         "machine", "trl/bfloat16", "rl_batch/bfloat16", "engine_train/bfloat16", "engine_sample/bfloat16",
         "peft_loop/bfloat16", "hf_generate/bfloat16", "ct2_generate/bfloat16", "server/bfloat16"]
-    assert "trl/float32" not in run.group_names(config("precisions=float32"))
+    assert "trl/float32" in run.group_names(config("precisions=float32"))
+    # bf16 base weights train under bf16 autocast only: with none of the fp32 settings, no fp32 group
+    only_bf16 = config("precisions=float32,bfloat16", "trl_settings=bf16_sdpa,bf16_padding_free")
+    assert [name for name in run.group_names(only_bf16) if name.startswith("trl/")] == ["trl/bfloat16"]
+    assert run._trl_settings(config(), "float32") == ["fp32_sdpa", "fp32_eager", "fp32_padding_free"]
+    assert run._trl_settings(config(), "bfloat16") == list(run.DEFAULT_TRL_SETTINGS)
 
 
 def test_unknown_trl_setting_exits_with_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,6 +6,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from local_tinker.bench import run, trl_peer
 from local_tinker.bench.data import bench_numbers, number_words_batch
@@ -33,12 +34,34 @@ def test_present_trl_runs_a_step_on_a_tiny_model(tiny_tokenizer) -> None:  # typ
     assert trl_peer.trl_missing() is None
     before = _trl_folders()
     batch = number_words_batch(tiny_tokenizer, bench_numbers(2))
-    step = trl_peer.trl_step("recipes/tiny-llama", batch, trl_peer.TRL_SETTINGS["bf16_padding_free"])
+    step = trl_peer.trl_step("recipes/tiny-llama", batch, trl_peer.TRL_SETTINGS["bf16_padding_free"], "bfloat16")
     assert len(_trl_folders() - before) == 1  # TRL's output folder
     assert step() > 0.0
     del step
     gc.collect()
     assert _trl_folders() == before  # removed with the step, not left in the temp folder
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_trl_trains_in_the_runs_precision(precision: str, tiny_tokenizer,  # type: ignore[no-untyped-def]
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 autocast in bf16 and none in fp32: the dtype the LoRA's first product comes out in says which."""
+    pytest.importorskip("trl")
+    import peft.tuners.lora as lora
+
+    seen: list[torch.dtype] = []
+    forward = lora.Linear.forward
+    monkeypatch.setattr(lora.Linear, "forward", lambda self, x, *args, **kwargs: (
+        seen.append(self.lora_A["default"](x).dtype), forward(self, x, *args, **kwargs))[1])
+    batch = number_words_batch(tiny_tokenizer, bench_numbers(2))
+    trl_peer.trl_step("recipes/tiny-llama", batch, trl_peer.TRL_SETTINGS["fp32_sdpa"], precision)()
+    assert seen and set(seen) == {torch.bfloat16 if precision == "bfloat16" else torch.float32}
+
+
+def test_bf16_weights_do_not_train_in_fp32(tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    batch = number_words_batch(tiny_tokenizer, bench_numbers(2))
+    with pytest.raises(ValueError, match="does not train in float32"):
+        trl_peer.trl_step("recipes/tiny-llama", batch, trl_peer.TRL_SETTINGS["bf16_sdpa"], "float32")
 
 
 def _trl_folders() -> set[Path]:
