@@ -77,6 +77,7 @@ class SamplerModel:
         (`x @ W + scale * (x @ A) @ B`); in fp32 the fused step merges it into its packed copy of
         the weights instead (merging into bf16 weights would round much of it away).
         """
+        key = key if deltas else _BASE_WEIGHTS  # every client of the base model: nothing to switch
         if key is self.loaded_key:
             return
         unknown = set(deltas) - set(self._linears)
@@ -106,6 +107,11 @@ class SamplerModel:
         if self.decoder is not None:
             self.decoder.set_lora({})
         self.loaded_key = None
+
+
+# The key every snapshot without a delta loads under: sampling clients of the base model alternate
+# without re-packing the fused step's weights (an evaluation's new client, two clients' requests).
+_BASE_WEIGHTS = object()
 
 
 class _LoraDelta:

@@ -152,10 +152,13 @@ def _matmul_seconds(config: BenchConfig, precision: str, step: Callable[[], obje
 
 
 def _engine_sample(config: BenchConfig, precision: str) -> dict[str, float]:
+    """Decoding from a loaded snapshot: the base model's two workloads alternate, the LoRA snapshot's runs
+    after them (switching snapshots re-packs the fused step's weights: the RL batch times that)."""
     service = _service(config, precision)
     seconds = machine.alternating_seconds({
         "sample_8_prompts": workloads.sampling_run(service, config.model, shared_prompt=False),
-        "sample_1_prompt_x8": workloads.sampling_run(service, config.model, shared_prompt=True),
+        "sample_1_prompt_x8": workloads.sampling_run(service, config.model, shared_prompt=True)}, config.repeats)
+    seconds |= machine.alternating_seconds({
         "sample_lora": workloads.sampling_run(service, config.model, shared_prompt=False, lora=True)}, config.repeats)
     return {f"{key}_tok_s": 8 * 64 / value for key, value in seconds.items()}
 

@@ -76,6 +76,37 @@ def test_training_releases_the_sampling_copies_and_sampling_rebuilds_them(precis
     np.testing.assert_allclose(again.logprobs, first.logprobs, atol=1e-6)
 
 
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_clients_of_the_base_model_share_its_packed_weights(precision: PrecisionName,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two base-model sampling clients take turns without re-packing; a LoRA snapshot between them re-packs."""
+    from local_tinker.projections import FusedLinear
+
+    packs = [0]
+    pack = FusedLinear.pack
+
+    def counted(self: FusedLinear, *args: object, **kwargs: object) -> None:
+        packs[0] += 1
+        pack(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(FusedLinear, "pack", counted)
+    service = ServiceClient(precision=precision, device="cpu")
+    trainer = service.create_lora_training_client("recipes/tiny-llama", rank=4, seed=1)
+    train_on_tokens(trainer, list(range(300, 340)), steps=1, learning_rate=1e-2)  # B != 0: a real delta
+    prompt = types.ModelInput.from_ints([5, 17, 300, 41])
+    params = types.SamplingParams(max_tokens=40, seed=0)  # past LOW_PRECISION_PACK_TOKENS: packed in bf16 too
+    first, second = (service.create_sampling_client(base_model="recipes/tiny-llama") for _ in range(2))
+    lora = trainer.save_weights_and_get_sampling_client()
+    counts = []
+    for client in (first, second, first, lora, second):
+        client.sample(prompt, 1, params).result()
+        counts.append(packs[0])
+    per_pack = counts[0]
+    assert per_pack > 0
+    # base, base again (another client), base, the LoRA snapshot (re-packed), base (re-packed)
+    assert counts == [per_pack, per_pack, per_pack, 2 * per_pack, 3 * per_pack]
+
+
 def test_backward_micro_batches_fit_the_activation_budget() -> None:
     trainer = ServiceClient(precision="float32", device="cpu").create_lora_training_client("recipes/tiny-llama", rank=4)
     base = trainer._base  # noqa: SLF001
