@@ -3,11 +3,11 @@
 Every setting trains rank-32 LoRA on all linear layers except the unembedding (peft's
 "all-linear"; TRL refuses a LoRA on lm_head) in the run's precision: under bf16 autocast
 (`bf16=True`) in bf16, in plain fp32 (`bf16=False`) in fp32, where only the settings with fp32
-base weights run. AdamW at a constant lr, batch 8, on the `TokenBatch` our engine trains on (the same ids and loss targets,
-given as `input_ids` + `labels` so TRL tokenizes nothing). What is timed is TRL's own step inside
-`trainer.train()` (forward, backward, grad clipping, optimizer, scheduler, zero_grad), read by a
-callback: each measurement runs `train()` for two steps and keeps the second, so neither the
-trainer's set-up nor the first step of a fresh optimizer is counted.
+base weights run. AdamW at a constant lr, batch 8, on the `TokenBatch` our engine trains on (the
+same ids and loss targets, given as `input_ids` + `labels` so TRL tokenizes nothing). What is
+timed is TRL's own step inside `trainer.train()` (forward, backward, grad clipping, optimizer,
+scheduler, zero_grad), read by a callback: each measurement runs `train()` for two steps and keeps
+the second, so neither the trainer's set-up nor the first step of a fresh optimizer is counted.
 
 `trl` is optional (the `[bench]` extra) and imported only here, inside the functions.
 """
