@@ -48,6 +48,11 @@ from local_tinker.scoring import PromptQuery, TargetCells, check_last_n, check_w
 Deltas = dict[str, tuple[torch.Tensor, torch.Tensor, float]]
 
 
+# The key every snapshot without a delta loads under: sampling clients of the base model alternate
+# without re-packing the fused step's weights (an evaluation's new client, two clients' requests).
+_BASE_WEIGHTS = object()
+
+
 class SamplerModel:
     """The base model's weights, shared, under modules of its own, with one LoRA snapshot loaded at a time."""
 
@@ -107,11 +112,6 @@ class SamplerModel:
         if self.decoder is not None:
             self.decoder.set_lora({})
         self.loaded_key = None
-
-
-# The key every snapshot without a delta loads under: sampling clients of the base model alternate
-# without re-packing the fused step's weights (an evaluation's new client, two clients' requests).
-_BASE_WEIGHTS = object()
 
 
 class _LoraDelta:

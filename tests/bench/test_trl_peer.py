@@ -51,8 +51,12 @@ def test_trl_trains_in_the_runs_precision(precision: str, tiny_tokenizer,  # typ
 
     seen: list[torch.dtype] = []
     forward = lora.Linear.forward
-    monkeypatch.setattr(lora.Linear, "forward", lambda self, x, *args, **kwargs: (
-        seen.append(self.lora_A["default"](x).dtype), forward(self, x, *args, **kwargs))[1])
+
+    def recorded(self, x, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(self.lora_A["default"](x).dtype)
+        return forward(self, x, *args, **kwargs)
+
+    monkeypatch.setattr(lora.Linear, "forward", recorded)
     batch = number_words_batch(tiny_tokenizer, bench_numbers(2))
     step = trl_peer.trl_step("recipes/tiny-llama", batch, trl_peer.TRL_SETTINGS["fp32_sdpa"], precision)
     step()
