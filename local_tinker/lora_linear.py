@@ -9,6 +9,11 @@ differs (no autocast) and only with gradients on (`forward_backward`). Scoring a
 peft's forward, which the fused decode step's reference layout repeats op for op
 (`projections.py`), so sampler and scorer still agree bit for bit.
 
+On a CPU that function's frozen base matmul, `x @ W^T + b`, and its gradient `g @ W` go through
+oneDNN's matmul (`torch.ops.mkldnn._linear_pointwise`) over the weight as it is, where torch's own
+fp32 matmul calls MKL: the same products, rounded in another order again (docs/findings.md: "fp32
+training's frozen matmuls"). bf16 already takes oneDNN's matmul through torch.
+
 Elsewhere (bf16 under autocast, and scoring and sampling in any precision), an adapter whose scale
 is exactly 1 (rank = alpha: the engine's default rank 32) skips peft's multiply by it, which
 changes no bit: `x * 1.0` is `x`.
@@ -43,12 +48,41 @@ def _scale_inside_addmm(self: Any, x: torch.Tensor, adapter: str) -> torch.Tenso
     """`addmm(x @ W^T + b, s * (x @ A^T), B^T)`: peft's function, rounded in another order (fp32 only)."""
     base: nn.Linear = self.base_layer
     rows_N_I = x.reshape(-1, x.shape[-1])
-    base_N_O = F.linear(rows_N_I, base.weight, base.bias)
+    base_N_O = frozen_linear(rows_N_I, base.weight, base.bias)
     low_N_R = F.linear(rows_N_I, self.lora_A[adapter].weight) * self.scaling[adapter]
     # In place: `addmm` would first copy the base product into a new output, a whole pass over it.
     # Nothing saved that product for the backward pass (the base matmul keeps its inputs).
     out_N_O = base_N_O.addmm_(low_N_R, self.lora_B[adapter].weight.t())
     return out_N_O.view(*x.shape[:-1], out_N_O.shape[-1])
+
+
+def frozen_linear(x_N_I: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor | None) -> torch.Tensor:
+    """`F.linear(x, W, b)` for a weight and bias that take no gradient; through oneDNN on a CPU
+    that has it (fp32, see the module docstring), with its input's gradient through oneDNN too."""
+    frozen = not weight_O_I.requires_grad and (bias_O is None or not bias_O.requires_grad)
+    if x_N_I.device.type != "cpu" or not _ONEDNN_MATMUL or not frozen:
+        return F.linear(x_N_I, weight_O_I, bias_O)
+    return _OneDnnFrozenLinear.apply(x_N_I, weight_O_I, bias_O)  # type: ignore[no-any-return]
+
+
+_ONEDNN_MATMUL = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+class _OneDnnFrozenLinear(torch.autograd.Function):
+    """`x @ W^T + b` and, backward, `g @ W`, both by oneDNN's matmul over `W` as it is (no packed
+    copy is kept: `W^T` is a view). `W` and `b` take no gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, x_N_I: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(weight_O_I)
+        return torch.ops.mkldnn._linear_pointwise(x_N_I.contiguous(), weight_O_I, bias_O, "none", [], "")
+
+    @staticmethod
+    def backward(ctx: Any, grad_N_O: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
+        if not ctx.needs_input_grad[0]:
+            return None, None, None
+        (weight_O_I,) = ctx.saved_tensors
+        return torch.ops.mkldnn._linear_pointwise(grad_N_O.contiguous(), weight_O_I.t(), None, "none", [], ""), None, None
 
 
 def _without_scale(self: Any, x: torch.Tensor, adapter: str) -> torch.Tensor:

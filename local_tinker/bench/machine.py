@@ -93,8 +93,9 @@ def memory_bandwidth(repeats: int = 5, quick: bool = False, device: str = "cpu")
     return reads * x.numel() * 4 / median_seconds(read, repeats) / 1e9
 
 
+# oneDNN's matmul: fp32 training's frozen base products on a CPU (`lora_linear.frozen_linear`).
 MATMUL_OPS = frozenset({torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
-                        torch.ops.aten.baddbmm.default})
+                        torch.ops.aten.baddbmm.default, torch.ops.mkldnn._linear_pointwise.default})
 # torch's CPU attention kernels (SDPA's flash kernel, forward and backward): what the engine's training
 # attends with, in fp64 for a bf16 model (`attention.py`), besides the casts around it.
 ATTENTION_OPS = frozenset({torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,

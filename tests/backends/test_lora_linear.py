@@ -7,6 +7,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from peft.tuners.lora.layer import Linear as LoraLinear
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from local_tinker import lora_linear
 from local_tinker.lora_linear import fuse_training_forward
@@ -134,3 +135,62 @@ def test_a_scale_of_one_is_left_out_with_pefts_bits_and_gradients(where: str, mo
     assert torch.equal(out, reference)
     assert grads.keys() == reference_grads.keys()
     assert all(torch.equal(grad, reference_grads[name]) for name, grad in grads.items())
+
+
+class _OneDnnCalls(TorchDispatchMode):
+    """Counts oneDNN matmuls (`mkldnn::_linear_pointwise`) and torch's own (`mm`, `addmm`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.onednn = self.aten = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is torch.ops.mkldnn._linear_pointwise.default:
+            self.onednn += 1
+        elif func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
+            self.aten += 1
+        return func(*args, **(kwargs or {}))
+
+
+needs_onednn = pytest.mark.skipif(not lora_linear._ONEDNN_MATMUL, reason="this torch build has no oneDNN")
+
+
+@needs_onednn
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_frozen_linear_is_oneDNNs_matmul_with_F_linears_values_and_input_gradient(bias: bool) -> None:
+    """`x @ W^T + b` and `g @ W` by oneDNN, to fp32 rounding of torch's own; W^T is read as a view."""
+    torch.manual_seed(0)
+    weight, bias_ = torch.randn(300, 70), (torch.randn(300) if bias else None)
+    x = torch.randn(3, 40, 70)[:, ::2].reshape(-1, 70).requires_grad_(True)  # rows from a strided view
+    grad = torch.randn(x.shape[0], 300)
+    reference_x = x.detach().clone().requires_grad_(True)
+    reference = torch.nn.functional.linear(reference_x, weight, bias_)
+    reference.backward(grad)
+    with _OneDnnCalls() as calls:
+        out = lora_linear.frozen_linear(x, weight, bias_)
+        out.backward(grad)
+    assert (calls.onednn, calls.aten) == (2, 0)  # forward and input gradient, nothing of torch's own
+    torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-5)
+    assert x.grad is not None
+    torch.testing.assert_close(x.grad, reference_x.grad, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_an_input_without_gradient_gets_no_backward_matmul() -> None:
+    """The first layer's input (the frozen embedding's rows) needs no gradient: none is computed."""
+    weight, lora = torch.randn(16, 8), torch.randn(4, 16, requires_grad=True)
+    x = torch.randn(4, 8)
+    with _OneDnnCalls() as calls:
+        (lora_linear.frozen_linear(x, weight, None) * lora).sum().backward()
+    assert calls.onednn == 1 and lora.grad is not None
+
+
+def test_a_weight_that_trains_is_left_to_F_linear() -> None:
+    weight, bias = torch.randn(6, 4, requires_grad=True), torch.randn(6)
+    for trained_bias in (False, True):
+        bias.requires_grad_(trained_bias)
+        frozen_weight = weight.detach() if trained_bias else weight
+        with _OneDnnCalls() as calls:
+            lora_linear.frozen_linear(torch.randn(3, 4), frozen_weight, bias).sum().backward()
+        assert calls.onednn == 0
+        assert (bias.grad is not None) if trained_bias else (weight.grad is not None)

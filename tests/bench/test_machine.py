@@ -4,8 +4,10 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import torch
 
+from local_tinker import lora_linear
 from local_tinker.bench.machine import ATTENTION_OPS, MATMUL_OPS, MatmulTimer, matmul_seconds
 
 
@@ -18,6 +20,15 @@ def test_forward_and_backward_matmuls_are_counted_and_nothing_else() -> None:
     with MatmulTimer() as timer:
         (x * 2).sum().backward()
     assert timer.calls == 0 and timer.seconds == 0.0
+
+
+@pytest.mark.skipif(not lora_linear._ONEDNN_MATMUL, reason="this torch build has no oneDNN")
+def test_oneDNNs_matmul_counts_as_a_matmul() -> None:
+    """fp32 training's frozen base products run as oneDNN's matmul (`lora_linear.frozen_linear`)."""
+    x = torch.randn(16, 32, requires_grad=True)
+    with MatmulTimer() as timer:
+        lora_linear.frozen_linear(x, torch.randn(8, 32), None).sum().backward()
+    assert timer.calls == 2  # the product and its input gradient
 
 
 def test_with_the_attention_ops_the_attention_kernels_are_counted_too() -> None:
