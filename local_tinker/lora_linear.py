@@ -56,16 +56,18 @@ def _scale_inside_addmm(self: Any, x: torch.Tensor, adapter: str) -> torch.Tenso
     return out_N_O.view(*x.shape[:-1], out_N_O.shape[-1])
 
 
+_ONEDNN_MATMUL = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
 def frozen_linear(x_N_I: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor | None) -> torch.Tensor:
     """`F.linear(x, W, b)` for a weight and bias that take no gradient; through oneDNN on a CPU
-    that has it (fp32, see the module docstring), with its input's gradient through oneDNN too."""
+    that has it, with its input's gradient through oneDNN too (the fp32 training forward's base
+    product: see the module docstring)."""
     frozen = not weight_O_I.requires_grad and (bias_O is None or not bias_O.requires_grad)
     if x_N_I.device.type != "cpu" or not _ONEDNN_MATMUL or not frozen:
         return F.linear(x_N_I, weight_O_I, bias_O)
     return _OneDnnFrozenLinear.apply(x_N_I, weight_O_I, bias_O)  # type: ignore[no-any-return]
 
-
-_ONEDNN_MATMUL = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
 class _OneDnnFrozenLinear(torch.autograd.Function):
