@@ -96,7 +96,7 @@ class _OneDnnLoraLinear(torch.autograd.Function):
         grad_b = grad_N_O.t().mm(low_N_R) if wants_b else None
         grad_a = grad_x = None
         if wants_a or wants_x:
-            grad_low_N_R = _onednn_matmul(grad_N_O, lora_b_O_R.t())  # d loss / d (x @ A^T) = s * (g @ B)
+            grad_low_N_R = _onednn_matmul(grad_N_O, lora_b_O_R.t())  # the gradient of `x @ A^T`, times s:
             if ctx.scale != 1.0:
                 grad_low_N_R.mul_(ctx.scale)
             grad_a = grad_low_N_R.t().mm(x_N_I) if wants_a else None
