@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
+from local_tinker import lora_linear
 from local_tinker.bench.machine import ATTENTION_OPS, MATMUL_OPS, MatmulTimer, matmul_seconds
 
 
@@ -21,14 +22,13 @@ def test_forward_and_backward_matmuls_are_counted_and_nothing_else() -> None:
     assert timer.calls == 0 and timer.seconds == 0.0
 
 
-@pytest.mark.skipif(not hasattr(torch.ops.mkldnn, "_linear_pointwise"), reason="this torch build has no oneDNN")
-def test_oneDNNs_matmul_and_an_in_place_addmm_count_as_matmuls() -> None:
-    """fp32 training's products against a weight run as oneDNN's matmul, and the LoRA's B product is
-    added in place (`lora_linear._OneDnnLoraLinear`): the ceiling counts both."""
-    x, w, low, b = torch.randn(16, 32), torch.randn(8, 32), torch.randn(16, 4), torch.randn(8, 4)
+@pytest.mark.skipif(not lora_linear._ONEDNN_MATMUL, reason="this torch build has no oneDNN")
+def test_oneDNNs_matmul_counts_as_a_matmul() -> None:
+    """fp32 training's frozen base products run as oneDNN's matmul (`lora_linear.frozen_linear`)."""
+    x = torch.randn(16, 32, requires_grad=True)
     with MatmulTimer() as timer:
-        torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "").addmm_(low, b.t())
-    assert timer.calls == 2
+        lora_linear.frozen_linear(x, torch.randn(8, 32), None).sum().backward()
+    assert timer.calls == 2  # the product and its input gradient
 
 
 def test_with_the_attention_ops_the_attention_kernels_are_counted_too() -> None:
