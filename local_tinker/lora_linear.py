@@ -56,7 +56,8 @@ def _scale_inside_addmm(self: Any, x: torch.Tensor, adapter: str) -> torch.Tenso
     return out_N_O.view(*x.shape[:-1], out_N_O.shape[-1])
 
 
-_ONEDNN_MATMUL = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+# Whether this torch build computes matmuls with oneDNN on a CPU (the bench's matmul timer reads it too).
+ONEDNN_MATMUL = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
 def frozen_linear(x_N_I: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor | None) -> torch.Tensor:
@@ -64,10 +65,14 @@ def frozen_linear(x_N_I: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.T
     that has it, with its input's gradient through oneDNN too (the fp32 training forward's base
     product: see the module docstring)."""
     frozen = not weight_O_I.requires_grad and (bias_O is None or not bias_O.requires_grad)
-    if x_N_I.device.type != "cpu" or not _ONEDNN_MATMUL or not frozen:
+    if x_N_I.device.type != "cpu" or not ONEDNN_MATMUL or not frozen:
         return F.linear(x_N_I, weight_O_I, bias_O)
     return _OneDnnFrozenLinear.apply(x_N_I, weight_O_I, bias_O)  # type: ignore[no-any-return]
 
+
+def _onednn_linear(x_N_I: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor | None = None) -> torch.Tensor:
+    """`x @ W^T + b` by oneDNN's matmul, over `W` as it is (a transposed view is read as such)."""
+    return torch.ops.mkldnn._linear_pointwise(x_N_I.contiguous(), weight_O_I, bias_O, "none", [], "")
 
 
 class _OneDnnFrozenLinear(torch.autograd.Function):
@@ -77,14 +82,14 @@ class _OneDnnFrozenLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x_N_I: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor | None) -> torch.Tensor:
         ctx.save_for_backward(weight_O_I)
-        return torch.ops.mkldnn._linear_pointwise(x_N_I.contiguous(), weight_O_I, bias_O, "none", [], "")
+        return _onednn_linear(x_N_I, weight_O_I, bias_O)
 
     @staticmethod
     def backward(ctx: Any, grad_N_O: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
         if not ctx.needs_input_grad[0]:
             return None, None, None
         (weight_O_I,) = ctx.saved_tensors
-        return torch.ops.mkldnn._linear_pointwise(grad_N_O.contiguous(), weight_O_I.t(), None, "none", [], ""), None, None
+        return _onednn_linear(grad_N_O, weight_O_I.t()), None, None
 
 
 def _without_scale(self: Any, x: torch.Tensor, adapter: str) -> torch.Tensor:

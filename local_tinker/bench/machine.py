@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from local_tinker import lora_linear
 from local_tinker.decoder import FusedDecoder, supports
 from local_tinker.models import load_base_model
 
@@ -94,9 +95,9 @@ def memory_bandwidth(repeats: int = 5, quick: bool = False, device: str = "cpu")
 
 
 # oneDNN's matmul: fp32 training's frozen base products on a CPU (`lora_linear.frozen_linear`).
-_ONEDNN_MATMUL = (torch.ops.mkldnn._linear_pointwise.default,) if hasattr(torch.ops.mkldnn, "_linear_pointwise") else ()
+_ONEDNN_OPS = (torch.ops.mkldnn._linear_pointwise.default,) if lora_linear.ONEDNN_MATMUL else ()
 MATMUL_OPS = frozenset({torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
-                        torch.ops.aten.baddbmm.default, *_ONEDNN_MATMUL})
+                        torch.ops.aten.baddbmm.default, *_ONEDNN_OPS})
 # torch's CPU attention kernels (SDPA's flash kernel, forward and backward): what the engine's training
 # attends with, in fp64 for a bf16 model (`attention.py`), besides the casts around it.
 ATTENTION_OPS = frozenset({torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,

@@ -152,7 +152,7 @@ class _OneDnnCalls(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-needs_onednn = pytest.mark.skipif(not lora_linear._ONEDNN_MATMUL, reason="this torch build has no oneDNN")
+needs_onednn = pytest.mark.skipif(not lora_linear.ONEDNN_MATMUL, reason="this torch build has no oneDNN")
 
 
 @needs_onednn

@@ -22,7 +22,7 @@ def test_forward_and_backward_matmuls_are_counted_and_nothing_else() -> None:
     assert timer.calls == 0 and timer.seconds == 0.0
 
 
-@pytest.mark.skipif(not lora_linear._ONEDNN_MATMUL, reason="this torch build has no oneDNN")
+@pytest.mark.skipif(not lora_linear.ONEDNN_MATMUL, reason="this torch build has no oneDNN")
 def test_oneDNNs_matmul_counts_as_a_matmul() -> None:
     """fp32 training's frozen base products run as oneDNN's matmul (`lora_linear.frozen_linear`)."""
     x = torch.randn(16, 32, requires_grad=True)
