@@ -7,8 +7,14 @@ import pytest
 import torch
 
 from local_tinker import lora_linear
-from local_tinker.bench.machine import (ATTENTION_OPS, MATMUL_OPS, MatmulTimer, alternating_self_timed, matmul_seconds,
-                                        wall_clock)
+from local_tinker.bench.machine import (
+    ATTENTION_OPS,
+    MATMUL_OPS,
+    MatmulTimer,
+    alternating_self_timed,
+    matmul_seconds,
+    wall_clock,
+)
 
 
 def test_forward_and_backward_matmuls_are_counted_and_nothing_else() -> None:
