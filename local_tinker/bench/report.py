@@ -2,6 +2,7 @@
 the JSON document and the printed table. Pure: values in, values out.
 """
 
+import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -164,10 +165,29 @@ def _trl_comparison(row: dict[str, float], workload: str, flops: float, peak: fl
     return out
 
 
-def to_json(config: dict[str, Any], groups: list[GroupResult]) -> dict[str, Any]:
-    """Every figure: the config, each group's raw figures, notes and peak RSS, and the derived figures."""
-    return {"config": config, "groups": [asdict(g) for g in groups], "derived": derive(groups),
-            "peak_rss_mb": {g.name: g.peak_rss_mb for g in groups}}
+def merge_rounds(rounds: list[list[GroupResult]]) -> list[GroupResult]:
+    """One result per group from rounds of the same groups (in the first round's order): each figure
+    the median of the rounds that measured it, every round's notes once each, the highest peak RSS."""
+    merged = []
+    for first in rounds[0]:
+        results = [result for one_round in rounds for result in one_round if result.name == first.name]
+        keys = dict.fromkeys(key for result in results for key in result.figures)
+        figures = {key: statistics.median(r.figures[key] for r in results if key in r.figures) for key in keys}
+        notes = list(dict.fromkeys(note for result in results for note in result.notes))
+        peaks = [r.peak_rss_mb for r in results if r.peak_rss_mb is not None]
+        merged.append(GroupResult(first.name, figures, notes, max(peaks) if peaks else None))
+    return merged
+
+
+def to_json(config: dict[str, Any], groups: list[GroupResult],
+            rounds: list[list[GroupResult]] | None = None) -> dict[str, Any]:
+    """Every figure: the config, each group's raw figures (with `rounds`, their medians over the rounds,
+    and each round's own), notes and peak RSS, and the derived figures."""
+    document: dict[str, Any] = {"config": config, "groups": [asdict(g) for g in groups], "derived": derive(groups),
+                                "peak_rss_mb": {g.name: g.peak_rss_mb for g in groups}}
+    if rounds is not None:
+        document["rounds"] = [[asdict(g) for g in one_round] for one_round in rounds]
+    return document
 
 
 def format_table(groups: list[GroupResult], descriptions: dict[str, str]) -> str:

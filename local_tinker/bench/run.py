@@ -34,10 +34,14 @@ CPU_ONLY = ("trl", "ct2_generate")  # groups whose peers this bench runs on the 
 
 @chz.chz
 class BenchConfig:
-    """`python -m local_tinker.bench [repeats=5] [precisions=float32,bfloat16] [server=True] [json_path=out.json]`."""
+    """`python -m local_tinker.bench [repeats=5] [rounds=1] [precisions=float32,bfloat16] [server=True] [json_path=out.json]`."""
 
     # Timed repeats per measurement (the median is reported), after one warm-up.
     repeats: int = 5
+    # Times the whole list of groups runs, one round after another; each figure is then the median of
+    # its rounds. Our rows and the peers' are measured at interleaved times, so a machine whose speed
+    # drifts over minutes (a shared VM) moves both alike instead of one side of a ratio.
+    rounds: int = 1
     # Local-engine precisions to measure, comma-separated.
     precisions: tuple[Literal["float32", "bfloat16"], ...] = ("float32", "bfloat16")
     # Also measure through the official tinker SDK against local_tinker.server.
@@ -65,6 +69,8 @@ class BenchConfig:
     def _check(self) -> None:
         if self.repeats < 1:
             raise ConfigurationError(f"repeats must be >= 1, got {self.repeats}")
+        if self.rounds < 1:
+            raise ConfigurationError(f"rounds must be >= 1, got {self.rounds}")
         unknown = sorted(set(self.trl_settings) - set(trl_peer.TRL_SETTINGS))
         if unknown:
             raise ConfigurationError(f"unknown trl_settings {unknown}; known: {sorted(trl_peer.TRL_SETTINGS)}")
@@ -261,16 +267,19 @@ def main(argv: Sequence[str] | None = None) -> list[report.GroupResult]:
     """Run every group, print the table, write the JSON; returns the groups' results."""
     argv = list(sys.argv[1:] if argv is None else argv)
     config = config_from_argv(chz.Blueprint(BenchConfig), argv)
-    groups = []
-    for name in group_names(config):
-        logger.info("bench: %s", name)
-        groups.append(run_isolated(config, name, argv) if config.isolate else run_group(config, name))
-        # The raw figures as they come: a run cut short keeps those of the groups it finished.
-        print(f"done: {name} {json.dumps(groups[-1].figures)}", flush=True)
+    rounds: list[list[report.GroupResult]] = []
+    for number in range(1, config.rounds + 1):
+        rounds.append([])
+        for name in group_names(config):
+            logger.info("bench: %s (round %d of %d)", name, number, config.rounds)
+            rounds[-1].append(run_isolated(config, name, argv) if config.isolate else run_group(config, name))
+            # The raw figures as they come: a run cut short keeps those of the groups it finished.
+            print(f"done: {name} {json.dumps(rounds[-1][-1].figures)}", flush=True)
+    groups = report.merge_rounds(rounds)
     descriptions = {key: setting.description for key, setting in trl_peer.TRL_SETTINGS.items()}
     print(report.format_table(groups, descriptions))
     if config.json_path:
-        document = report.to_json(chz.asdict(config), groups)
+        document = report.to_json(chz.asdict(config), groups, rounds if len(rounds) > 1 else None)
         Path(config.json_path).write_text(json.dumps(document, indent=2) + "\n")
     if any(note.startswith(FAILED) for group in groups for note in group.notes):
         raise SystemExit(1)

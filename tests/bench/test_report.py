@@ -11,6 +11,7 @@ from local_tinker.bench.report import (
     derive,
     format_table,
     frac_of_peak,
+    merge_rounds,
     to_json,
 )
 
@@ -127,3 +128,26 @@ def test_a_goal_not_measured_is_left_out() -> None:
     fewer = [g for g in groups() if g.kind not in ("trl", "rl_batch")]
     assert {goal["goal"] for goal in derive(fewer)["bfloat16"]["goals"]} == {
         "train_vs_peft_loop", "train_frac_of_matmuls", "sample_8_prompts_frac_of_matmuls", "sample_lora_frac_of_matmuls"}
+
+
+def test_rounds_merge_to_each_figures_median_every_note_and_the_highest_peak() -> None:
+    first = [GroupResult("engine_train/float32", {"train_tok_s": 200.0, "train_masked_tok_s": 210.0}, peak_rss_mb=900.0),
+             GroupResult("peft_loop/float32", {"peer_train_tok_s": 180.0}, notes=["a"])]
+    second = [GroupResult("engine_train/float32", {"train_tok_s": 230.0}, peak_rss_mb=950.0),
+              GroupResult("peft_loop/float32", {"peer_train_tok_s": 150.0}, notes=["a", "b"])]
+    third = [GroupResult("engine_train/float32", {"train_tok_s": 210.0, "train_masked_tok_s": 250.0}, peak_rss_mb=920.0),
+             GroupResult("peft_loop/float32", {"peer_train_tok_s": 160.0})]
+    train, peer = merge_rounds([first, second, third])
+    assert train == GroupResult("engine_train/float32", {"train_tok_s": 210.0, "train_masked_tok_s": 230.0},
+                                peak_rss_mb=950.0)  # 230: the median of the two rounds that measured it
+    assert peer == GroupResult("peft_loop/float32", {"peer_train_tok_s": 160.0}, notes=["a", "b"], peak_rss_mb=None)
+    assert merge_rounds([first]) == first
+
+
+def test_json_keeps_each_rounds_figures_beside_their_medians() -> None:
+    rounds = [[MACHINE, GroupResult("peft_loop/float32", {"peer_train_tok_s": v})] for v in (1.0, 3.0, 2.0)]
+    merged = merge_rounds(rounds)
+    document = to_json({"rounds": 3}, merged, rounds)
+    assert document["groups"][1]["figures"] == {"peer_train_tok_s": 2.0}
+    assert [r[1]["figures"]["peer_train_tok_s"] for r in document["rounds"]] == [1.0, 3.0, 2.0]
+    assert "rounds" not in to_json({}, merged)

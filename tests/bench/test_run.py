@@ -61,6 +61,38 @@ def test_main_prints_the_table_and_writes_every_figure(monkeypatch: pytest.Monke
     assert document["derived"]["bfloat16"]["trl_number_words"]["trl_best_setting"] == "bf16_padding_free"
 
 
+def test_rounds_run_every_group_in_turn_and_report_the_medians(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench.test_report import groups
+
+    canned = {g.name: g for g in groups()}
+    speeds = iter([250.0, 200.0, 300.0])  # the peft loop's three rounds: its median is 250
+    calls: list[str] = []
+
+    def measured(_config: object, name: str, _argv: object) -> GroupResult:
+        calls.append(name)
+        if name == "peft_loop/bfloat16":
+            return GroupResult(name, {"peer_train_tok_s": next(speeds)})
+        return canned[name]
+
+    monkeypatch.setattr(run, "run_isolated", measured)
+    monkeypatch.setattr(run, "group_names", lambda _config: list(canned))
+    path = tmp_path / "bench.json"
+    run.main(["precisions=bfloat16", "rounds=3", f"json_path={path}"])
+    assert calls == list(canned) * 3  # whole rounds, one after another
+    assert "peer: plain peft loop, full logits" in capsys.readouterr().out
+    document = json.loads(path.read_text())
+    peft = next(g for g in document["groups"] if g["name"] == "peft_loop/bfloat16")
+    assert peft["figures"]["peer_train_tok_s"] == 250.0 and len(document["rounds"]) == 3
+    assert document["derived"]["bfloat16"]["train_vs_peft_loop"] == 500.0 / 250.0
+
+
+def test_rounds_below_one_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        config("rounds=0")
+    assert "rounds must be >= 1, got 0" in capsys.readouterr().err
+
+
 def test_a_failed_group_keeps_the_others_and_fails_the_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from tests.bench.test_report import MACHINE
 
