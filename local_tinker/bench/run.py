@@ -39,8 +39,8 @@ class BenchConfig:
     # Timed repeats per measurement (the median is reported), after one warm-up.
     repeats: int = 5
     # Times the whole list of groups runs, one round after another; each figure is then the median of
-    # its rounds. Our rows and the peers' are measured at interleaved times, so a machine whose speed
-    # drifts over minutes (a shared VM) moves both alike instead of one side of a ratio.
+    # its rounds. Our rows and the peers' are measured at interleaved times, so a slow spell of a machine
+    # whose speed drifts over minutes (a shared VM) falls on one round of each, not on one side of a ratio.
     rounds: int = 1
     # Local-engine precisions to measure, comma-separated.
     precisions: tuple[Literal["float32", "bfloat16"], ...] = ("float32", "bfloat16")
