@@ -18,13 +18,15 @@ layer. This step computes the same function with
   attention kernel), in the dtype the model's own attention uses (`attention.attention_dtype`:
   fp64 for bf16 models, so its output rounds to bf16 as the scorer's and the trainer's do).
 
-Prefill stays with the Hugging Face forward; its cache is copied in once. The step's logits get
+Prefill stays with the Hugging Face forward (its cache copied in once), but for fp32 models that
+oneDNN packs: those prefill here (`prefill`), over the same packed copy. The step's logits get
 the same processing as the model's own forward (`logits.logit_processing`; none for these
 families today, but a config that asks for soft-capping or a scale gets it here too).
 """
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -34,7 +36,7 @@ from torch import nn
 from local_tinker.attention import attention_dtype
 from local_tinker.logits import logit_processing
 from local_tinker.memory import return_freed_memory
-from local_tinker.projections import Deltas, FusedLinear, fused_weight
+from local_tinker.projections import Deltas, FusedLinear, can_pack, fused_weight
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
@@ -230,6 +232,62 @@ class FusedDecoder:
 
         return run
 
+    def prefills(self) -> bool:
+        """Whether prompts are prefilled here (`prefill`) rather than by the model's forward: fp32 weights
+        that oneDNN packs. The packed copy, with the LoRA merged in, is made for the decode steps anyway,
+        and its matmuls are faster than the forward's per-Linear products and LoRA hooks. In fp32 no bits
+        are to be matched (`projections.py`); in bf16 the prefill stays with the forward, which is the
+        scorer's computation, so the cache the steps read is the scorer's bit for bit."""
+        return self.head.weight.dtype == torch.float32 and can_pack(self.head.weight)
+
+    def prefill(self, tokens_P_L: torch.Tensor, mask_P_L: torch.Tensor, positions_P_L: torch.Tensor,
+                opening: "PrefillCache | None" = None) -> tuple["PrefillCache", torch.Tensor]:
+        """Run left-padded prompts through the layers over the packed weights (what `step` computes, for
+        `L` tokens a row at once); returns their cache and the last position's hidden state `[P, hidden]`.
+
+        Args:
+            tokens_P_L, mask_P_L, positions_P_L: as `batch.pad_left_tokens` makes them (positions going
+                on from the opening's length when there is one).
+            opening: the cache of tokens that every prompt opens with (one row, prefilled before): each
+                prompt attends to all of it, and the returned cache holds it in front of the prompt's own.
+        """
+        self._pack_if_stale(tokens_P_L.device)
+        prompts, length = tokens_P_L.shape
+        x = self.embed(tokens_P_L).reshape(prompts * length, -1)
+        cos, sin = self.rotary(x, positions_P_L)  # [P, L, head_dim]
+        cos, sin = cos[:, :, None], sin[:, :, None]  # broadcast over heads
+        # Causal over the prompt's own tokens, padding never attended to (a padding position, whose own
+        # row allows nothing, gets SDPA's zeros: finite, and never read).
+        own = torch.ones(length, length, dtype=torch.bool, device=x.device).tril() & mask_P_L.bool()[:, None, :]
+        width = 0 if opening is None else opening.layers[0].both()[0].shape[2]
+        allowed = torch.cat([own.new_ones(prompts, length, width), own], dim=2)[:, None]  # [P, 1, L, W + L]
+        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        cache = PrefillCache([])
+        for i, layer in enumerate(self.layers):
+            qkv = layer.qkv(_rms_norm(x, layer.input_norm)).view(prompts, length, -1)
+            q = qkv[..., :q_size].view(prompts, length, self.heads, self.head_dim)
+            k = qkv[..., q_size : q_size + kv_size].view(prompts, length, self.kv_heads, self.head_dim)
+            v = qkv[..., q_size + kv_size :].view(prompts, length, self.kv_heads, self.head_dim)
+            if layer.q_norm is not None and layer.k_norm is not None:
+                q, k = _rms_norm(q, layer.q_norm), _rms_norm(k, layer.k_norm)
+            q, k = _rotate(q, cos, sin).transpose(1, 2), _rotate(k, cos, sin).transpose(1, 2)  # [P, heads, L, D]
+            v = v.transpose(1, 2)
+            if opening is not None:  # the opening's keys and values in front, shared by every prompt
+                keys, values = opening.layers[i].both()
+                k = torch.cat([keys.expand(prompts, -1, -1, -1), k], dim=2)
+                v = torch.cat([values.expand(prompts, -1, -1, -1), v], dim=2)
+            cache.layers.append(LayerCache(k, v))
+            attended = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=layer.scaling, enable_gqa=True)
+            x = x + layer.o(attended.transpose(1, 2).reshape(prompts * length, q_size))
+            gate, up = layer.gate_up(_rms_norm(x, layer.post_norm)).chunk(2, dim=-1)
+            x = x + layer.down(F.silu(gate) * up)
+        return cache, x.view(prompts, length, -1)[:, -1]
+
+    def logits(self, hidden_R_D: torch.Tensor) -> torch.Tensor:
+        """The next-token logits of last hidden states, as `step` and the model's own forward make them."""
+        logits = self.head(_rms_norm(hidden_R_D, self.final_norm))
+        return logits if self.logit_processing is None else self.logit_processing(logits.float())
+
     def start(self, prefill_cache: Any, rows: torch.Tensor, mask_R_W: torch.Tensor, new_tokens: int) -> None:
         """Copy a prefill cache (one entry per prompt) into a cache with room for more tokens per row.
 
@@ -333,8 +391,27 @@ class FusedDecoder:
             gate, up = layer.gate_up(_rms_norm(x, layer.post_norm)).chunk(2, dim=-1)
             x = x + layer.down(F.silu(gate) * up)
         self.length = t + 1
-        logits = self.head(_rms_norm(x, self.final_norm))
-        return logits if self.logit_processing is None else self.logit_processing(logits.float())
+        return self.logits(x)
+
+
+@dataclass
+class LayerCache:
+    """One layer's keys and values, `[prompts, kv_heads, positions, head_dim]` (freed once copied)."""
+
+    keys: torch.Tensor | None
+    values: torch.Tensor | None
+
+    def both(self) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.keys is not None and self.values is not None, "this layer's cache was copied and freed"
+        return self.keys, self.values
+
+
+@dataclass
+class PrefillCache:
+    """What `FusedDecoder.prefill` leaves for `start`: each layer's keys and values, as a Hugging Face
+    cache exposes them."""
+
+    layers: list[LayerCache]
 
 
 def _attend(q_R_K_G_D: torch.Tensor, keys_R_K_T_D: torch.Tensor, values_R_K_T_D: torch.Tensor, scaling: float,

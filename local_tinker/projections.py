@@ -82,18 +82,18 @@ class FusedLinear:
         """Choose the layout (probed once per shapes) and make its packed copies; with `packed`
         False, the fastest layout that needs none. The shared `weight` is never written."""
         self.release()
-        can_pack = packed and _can_pack(self.weight)
-        if self.merge and can_pack and self.lora_a is not None and self.lora_b is not None:
+        packs = packed and can_pack(self.weight)
+        if self.merge and packs and self.lora_a is not None and self.lora_b is not None:
             with torch.no_grad():  # one temporary: W + scale * B @ A, then its packed copy
                 merged = torch.addmm(self.weight.float(), self.lora_b.float(), self.lora_a.float(), alpha=self.lora_scale)
                 self.packed = _reorder(merged.to(self.weight.dtype))
             self.layout = "merged"
             return
-        layouts = [layout for layout in LAYOUTS if self._applies(layout, can_pack)]
+        layouts = [layout for layout in LAYOUTS if self._applies(layout, packs)]
         if self.weight.dtype == torch.float32:  # no bits to match: see the module docstring
             self._make(layouts[0])
             return
-        key = self._shapes(can_pack)
+        key = self._shapes(packs)
         if key not in _probed:
             _probed[key] = self._probe(layouts)
         self._make(_probed[key])
@@ -103,15 +103,15 @@ class FusedLinear:
         self.packed = self.packed_a = self.packed_b = None
         self.layout = "plain"
 
-    def _shapes(self, can_pack: bool) -> tuple[object, ...]:
+    def _shapes(self, packs: bool) -> tuple[object, ...]:
         lora = tuple((i, tuple(a.shape), scale) for i, a, _, scale in self.members)
         return (self.weight.dtype, self.weight.device.type, tuple(self.weight.shape), tuple(self.sizes),
-                self.bias is not None, lora, can_pack)
+                self.bias is not None, lora, packs)
 
-    def _applies(self, layout: str, can_pack: bool) -> bool:
+    def _applies(self, layout: str, packs: bool) -> bool:
         if layout == "packed+a":
-            return can_pack and self.bias is None and self.lora_a is not None
-        return can_pack if layout == "packed" else True
+            return packs and self.bias is None and self.lora_a is not None
+        return packs if layout == "packed" else True
 
     def _probe(self, layouts: list[str]) -> str:
         """The first of `layouts` whose output equals `members`' bit for bit ("members" itself last)."""
@@ -220,7 +220,8 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None,
     return F.linear(x, weight, bias)
 
 
-def _can_pack(weight: torch.Tensor) -> bool:
+def can_pack(weight: torch.Tensor) -> bool:
+    """Whether oneDNN can keep a packed copy of `weight` here (a CPU with oneDNN; bf16 where it has bf16 matmuls)."""
     if weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return False
     if not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):

@@ -9,7 +9,8 @@ log-probs would drift from the trainer's, so bf16 keeps it beside there too. Req
 every distinct prompt is prefilled once, its KV cache is shared by all its samples, an opening
 that all prompts share is prefilled once for all of them, and finished rows leave the batch.
 Llama-family models decode through the fused step of `decoder.py` (faster than the model's own
-forward on a CPU; `make bench` measures it); others through their forward.
+forward on a CPU; `make bench` measures it), and in fp32 on a CPU prefill through it too; others
+prefill and decode through their forward.
 
 Returned log-probs are those of the distribution sampled from: `log_softmax(logits / T)` for
 temperature T > 0 (before top-k / top-p truncation), and the untempered `log_softmax(logits)` for
@@ -37,7 +38,7 @@ from transformers import PreTrainedModel
 
 from local_tinker.attention import attention_dtype
 from local_tinker.batch import common_prefix_length, pad_left_tokens
-from local_tinker.decoder import FusedDecoder
+from local_tinker.decoder import FusedDecoder, PrefillCache
 from local_tinker.decoder import supports as decoder_supports
 from local_tinker.errors import DataFormatError
 from local_tinker.logits import OutputHead
@@ -277,7 +278,7 @@ def generate(
     rows = [_make_row(j, job.first_sample + s, prompt_index[tuple(job.prompt)], job, max_context, precision)
             for j, job in enumerate(jobs) for s in range(job.num_samples)]
     with torch.inference_mode():
-        cache, logits_P_V, mask_P_L = _prefill(model, prompts, precision, plain_head=sampler.decoder is not None)
+        cache, logits_P_V, mask_P_L = _prefill(model, prompts, precision, sampler.decoder)
         expand = torch.tensor([row.prompt for row in rows], device=precision.device)
         if sampler.decoder is not None:
             sampler.decoder.start(cache, expand, mask_P_L[expand], max(row.max_tokens for row in rows))
@@ -310,20 +311,23 @@ def _make_row(j: int, s: int, p: int, job: SampleJob, max_context: int, precisio
 
 
 def _prefill(
-    model: PreTrainedModel, prompts: Sequence[tuple[int, ...]], precision: Precision, plain_head: bool
+    model: PreTrainedModel, prompts: Sequence[tuple[int, ...]], precision: Precision, fused: FusedDecoder | None
 ) -> tuple[Any, torch.Tensor, torch.Tensor]:
     """Left-padded forward over the distinct prompts; returns the cache, last logits, mask.
 
-    `plain_head`: run the decoder and `OutputHead` on the last positions only (the fused decoder's
-    models), a chunk of prompts at a time (`prefill_chunk_rows`), returning the chunks' caches in
-    order; the opening all prompts share (`shared_prefix_length`) is prefilled once and its cache
-    copied into each chunk's. Otherwise the model's whole forward, with whatever it does to its
-    logits, in one go.
+    With the `fused` decoder (its models): the layers and then the head on the last positions only, a
+    chunk of prompts at a time (`prefill_chunk_rows`), returning the chunks' caches in order; the
+    opening all prompts share (`shared_prefix_length`) is prefilled once and its cache copied into
+    each chunk's. The layers are the model's decoder, or in fp32 the fused decoder's own `prefill`
+    over its packed weights (`FusedDecoder.prefills`). Otherwise the model's whole forward, with
+    whatever it does to its logits, in one go.
     """
-    if not plain_head:  # the model's forward, with whatever it does to its logits
+    if fused is None:  # the model's forward, with whatever it does to its logits
         tokens, mask, positions = (t.to(precision.device) for t in pad_left_tokens(prompts))
         out = model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
         return out.cache, out.logits[:, -1].float(), mask
+    if fused.prefills():
+        return _fused_prefill(fused, prompts, precision)
     decoder = model.get_decoder()
     shared = shared_prefix_length(prompts)
     prefix_cache = None
@@ -353,6 +357,30 @@ def _prefill(
     # copies the head weight once per prompt.
     last_P_D = torch.cat(lasts)
     return caches, OutputHead(model)(last_P_D), mask
+
+
+def _fused_prefill(fused: FusedDecoder, prompts: Sequence[tuple[int, ...]],
+                   precision: Precision) -> tuple[list[PrefillCache], torch.Tensor, torch.Tensor]:
+    """`_prefill` through the fused decoder's `prefill`: the shared opening once, then the prompts' own
+    tokens a chunk at a time, each chunk's cache holding the opening in front of its own."""
+    shared = shared_prefix_length(prompts)
+    opening = None
+    if shared:
+        tokens = torch.tensor([prompts[0][:shared]], device=precision.device)
+        opening, _ = fused.prefill(tokens, torch.ones_like(tokens), torch.arange(shared, device=precision.device)[None])
+    tokens, mask, positions = (t.to(precision.device) for t in pad_left_tokens([p[shared:] for p in prompts]))
+    chunk = prefill_chunk_rows(fused.model.config, mask.shape[1] + shared)
+    caches, lasts = [], []
+    for start in range(0, len(prompts), chunk):
+        part = slice(start, start + chunk)
+        cache, last = fused.prefill(tokens[part], mask[part], positions[part] + shared, opening)
+        caches.append(cache)
+        lasts.append(last)
+        if len(prompts) > chunk:  # the chunk's activations back to the system before the next one's
+            return_freed_memory(precision.device, within_request=True)
+    if shared:  # [opening | left padding | own tokens], as `_prefill` masks it
+        mask = torch.cat([mask.new_ones((len(prompts), shared)), mask], dim=1)
+    return caches, fused.logits(torch.cat(lasts)).float(), mask
 
 
 # Prompts opening with at least this many tokens in common (a system prompt, few-shot examples)

@@ -114,6 +114,71 @@ def test_fused_steps_equal_full_forwards(name: str, with_lora: bool, monkeypatch
         torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("name", ["recipes/tiny-llama", "recipes/tiny-qwen3", "qwen2"])
+@pytest.mark.parametrize("with_opening", [False, True])
+def test_the_fused_prefill_gives_each_prompts_own_forward(name: str, with_opening: bool) -> None:
+    """`FusedDecoder.prefill` (the fp32 sampler's prefill, over the packed weights with the LoRA merged):
+    left-padded prompts, after an opening prefilled once, get the keys, values and next-token logits of
+    the adapted model's forward over each whole prompt alone."""
+    model = _model(name).eval()
+    _untie_head(model)
+    reference = copy.deepcopy(model)
+    fused = FusedDecoder(model)
+    deltas = _random_deltas(model, rank=4, seed=0)
+    fused.set_lora(deltas, merge=True)
+    with torch.no_grad():
+        for path, (a, b, scale) in deltas.items():
+            reference.get_submodule(path).weight += scale * b @ a
+    opening = [11, 12, 13, 14, 15] if with_opening else []
+    tokens, mask, positions = pad_left_tokens([list(p) for p in PROMPTS])
+    with torch.inference_mode():
+        before = None
+        if opening:
+            first = torch.tensor([opening])
+            before, _ = fused.prefill(first, torch.ones_like(first), torch.arange(len(opening))[None])
+        cache, last = fused.prefill(tokens, mask, positions + len(opening), before)
+        logits = fused.logits(last)
+    width = len(opening) + tokens.shape[1]
+    for i, prompt in enumerate(PROMPTS):
+        whole = torch.tensor([opening + list(prompt)])
+        own = list(range(len(opening))) + list(range(width - len(prompt), width))  # past the left padding
+        with torch.inference_mode():
+            expected = reference.get_decoder()(input_ids=whole, use_cache=True).cache
+            expected_logits = reference(input_ids=whole).logits[0, -1]
+        assert len(cache.layers) == len(expected.layers)
+        for layer, want in zip(cache.layers, expected.layers):
+            keys, values = layer.both()
+            torch.testing.assert_close(keys[i][:, own], want.keys[0], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(values[i][:, own], want.values[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(logits[i], expected_logits, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float32"])
+def test_fp32_prompts_prefill_through_the_fused_decoder_and_bf16_ones_through_the_forward(
+        precision: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where oneDNN packs fp32 weights the sampler prefills with `FusedDecoder.prefill`; a bf16 model
+    prefills with its own forward (the scorer's computation, whose bits its samples must keep)."""
+    _, _, sampler = _trained_adapter("recipes/tiny-llama", precision, 8, steps=1)
+    decoder = sampler._snapshot.base.sampler.decoder  # noqa: SLF001
+    assert decoder is not None
+    fused_prefills = precision == "float32" and projections.can_pack(decoder.head.weight)
+    assert decoder.prefills() == fused_prefills
+    calls: list[int] = []
+    original = FusedDecoder.prefill
+
+    def counted(self, tokens, *args):  # type: ignore[no-untyped-def]
+        calls.append(int(tokens.shape[0]))
+        return original(self, tokens, *args)
+
+    monkeypatch.setattr(FusedDecoder, "prefill", counted)
+    prompts = [[5, 17, 300, 41], [8, 9]]
+    futures = [sampler.sample(types.ModelInput.from_ints(p), 2, types.SamplingParams(max_tokens=3, seed=0))
+               for p in prompts]
+    for future in futures:
+        assert len(future.result().sequences) == 2
+    assert bool(calls) == fused_prefills
+
+
 def test_weights_written_through_the_model_reach_the_fused_step() -> None:
     """A delta merged into the model's Linear weights (as the fp32 sampler does) is what the step reads."""
     model = load_base_model("recipes/tiny-llama").eval()
@@ -274,7 +339,7 @@ def test_short_generations_in_bf16_decode_without_the_packed_copy_and_sample_the
     _, _, sampler = _trained_adapter("recipes/tiny-llama", precision, 8, steps=3)
     decoder = sampler._snapshot.base.sampler.decoder  # noqa: SLF001
     assert decoder is not None
-    can_pack = projections._can_pack(decoder.head.weight)  # noqa: SLF001
+    can_pack = projections.can_pack(decoder.head.weight)
     prompt = types.ModelInput.from_ints([5, 17, 300, 41])
     short_tokens, long_tokens = decoder_module.LOW_PRECISION_PACK_TOKENS - 1, decoder_module.LOW_PRECISION_PACK_TOKENS
     short = sampler.sample(prompt, 2, types.SamplingParams(max_tokens=short_tokens, seed=4)).result().sequences

@@ -62,7 +62,7 @@ def test_the_probed_layout_gives_the_members_bits_at_any_row_count(bias: bool) -
 def test_fp32_takes_the_fastest_layout_within_fp32_rounding(bias: bool) -> None:
     group, linears, deltas = _group(torch.float32, bias, seed=0)
     group.pack()
-    can_pack = projections._can_pack(group.weight)
+    can_pack = projections.can_pack(group.weight)
     assert group.layout == next(layout for layout in LAYOUTS if group._applies(layout, can_pack))  # noqa: SLF001
     x = torch.randn(5, 64)
     with torch.no_grad():
@@ -84,7 +84,7 @@ def test_a_layout_that_rounds_otherwise_is_turned_off_and_said_at_debug_level(
         group.pack()
     assert group.layout == "members"
     tried = [r.getMessage() for r in caplog.records if "rounds unlike the scorer" in r.getMessage()]
-    assert len(tried) == len([layout for layout in LAYOUTS if group._applies(layout, projections._can_pack(group.weight))]) - 1  # noqa: SLF001
+    assert len(tried) == len([layout for layout in LAYOUTS if group._applies(layout, projections.can_pack(group.weight))]) - 1  # noqa: SLF001
     x = torch.randn(3, 64).to(torch.bfloat16)
     with torch.no_grad():
         assert torch.equal(group(x), _expected(x, linears, deltas, torch.bfloat16))
