@@ -186,6 +186,9 @@ class FusedDecoder:
         if packed != self._packed:
             self._stale, self._packed = True, packed
         if self._stale:
+            # What earlier work freed (a training step's activations, kept by the heap for the next
+            # step) goes back first, so that the copies and those freed blocks never add up.
+            return_freed_memory(device, within_request=True)
             # The head first: its temporaries (the W and A rows joined, as large as the vocabulary's
             # weight) are mapped apart and handed back at once, before the layers' copies are made.
             for fused in [self.head, *self._layers_fused()]:
