@@ -24,7 +24,7 @@ import copy
 import math
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,7 +38,7 @@ from transformers import PreTrainedModel
 
 from local_tinker.attention import attention_dtype
 from local_tinker.batch import common_prefix_length, pad_left_tokens
-from local_tinker.decoder import FusedDecoder, PrefillCache
+from local_tinker.decoder import FusedDecoder
 from local_tinker.decoder import supports as decoder_supports
 from local_tinker.errors import DataFormatError
 from local_tinker.logits import OutputHead
@@ -317,70 +317,55 @@ def _prefill(
 
     With the `fused` decoder (its models): the layers and then the head on the last positions only, a
     chunk of prompts at a time (`prefill_chunk_rows`), returning the chunks' caches in order; the
-    opening all prompts share (`shared_prefix_length`) is prefilled once and its cache copied into
-    each chunk's. The layers are the model's decoder, or in fp32 the fused decoder's own `prefill`
-    over its packed weights (`FusedDecoder.prefills`). Otherwise the model's whole forward, with
-    whatever it does to its logits, in one go.
+    opening all prompts share (`shared_prefix_length`) is prefilled once and each chunk attends to
+    it. The layers are the model's decoder, or in fp32 the fused decoder's own `prefill` over its
+    packed weights (`FusedDecoder.prefills`). Otherwise the model's whole forward, with whatever it
+    does to its logits, in one go.
     """
     if fused is None:  # the model's forward, with whatever it does to its logits
         tokens, mask, positions = (t.to(precision.device) for t in pad_left_tokens(prompts))
         out = model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
         return out.cache, out.logits[:, -1].float(), mask
-    if fused.prefills():
-        return _fused_prefill(fused, prompts, precision)
-    decoder = model.get_decoder()
     shared = shared_prefix_length(prompts)
-    prefix_cache = None
-    if shared:  # the opening every prompt shares, prefilled once; each prompt's own tokens follow it
-        opening = torch.tensor([prompts[0][:shared]], device=precision.device)
-        prefix_cache = decoder(input_ids=opening, use_cache=True).cache
-    tokens, mask, positions = (t.to(precision.device) for t in pad_left_tokens([p[shared:] for p in prompts]))
-    if shared:  # [opening | left padding | own tokens]: the mask has a hole, the positions go on from the opening
-        mask = torch.cat([mask.new_ones((len(prompts), shared)), mask], dim=1)
-        positions = positions + shared
+    opening = torch.tensor([prompts[0][:shared]], device=precision.device)  # every prompt's first tokens
+    tokens, own_mask, positions = (t.to(precision.device) for t in pad_left_tokens([p[shared:] for p in prompts]))
+    positions = positions + shared  # going on from the opening
+    # [opening | left padding | own tokens]: the mask has a hole where prompts share an opening
+    mask = torch.cat([own_mask.new_ones((len(prompts), shared)), own_mask], dim=1)
+    if fused.prefills():
+        before = None
+        if shared:
+            before, _ = fused.prefill(opening, torch.ones_like(opening), positions.new_tensor([list(range(shared))]))
+
+        def chunk_cache(part: slice) -> tuple[Any, torch.Tensor]:  # a chunk's cache and last hidden states
+            return fused.prefill(tokens[part], own_mask[part], positions[part], before)
+
+        head: Callable[[torch.Tensor], torch.Tensor] = fused.logits
+    else:
+        decoder = model.get_decoder()
+        prefix_cache = decoder(input_ids=opening, use_cache=True).cache if shared else None
+
+        def chunk_cache(part: slice) -> tuple[Any, torch.Tensor]:
+            cache = None
+            if prefix_cache is not None:  # the opening's cache, one copy per prompt of the chunk
+                cache = copy.deepcopy(prefix_cache)
+                cache.batch_repeat_interleave(len(prompts[part]))
+            out = decoder(input_ids=tokens[part], attention_mask=mask[part], position_ids=positions[part], cache=cache,
+                          use_cache=True)
+            return out.cache, out.last_hidden_state[:, -1].clone()
+
+        head = OutputHead(model)
     chunk = prefill_chunk_rows(model.config, mask.shape[1])
     caches, lasts = [], []
     for start in range(0, len(prompts), chunk):
-        part = slice(start, start + chunk)
-        cache = None
-        if prefix_cache is not None:
-            cache = copy.deepcopy(prefix_cache)
-            cache.batch_repeat_interleave(len(prompts[part]))
-        out = decoder(input_ids=tokens[part], attention_mask=mask[part], position_ids=positions[part], cache=cache,
-                      use_cache=True)
-        caches.append(out.cache)
-        lasts.append(out.last_hidden_state[:, -1].clone())
-        del out
-        if len(prompts) > chunk:  # the chunk's activations back to the system before the next one's
-            return_freed_memory(precision.device, within_request=True)
-    # The head on a 2-D tensor: on the 3-D `[:, -1:]` view (`logits_to_keep=1`) torch's matmul
-    # copies the head weight once per prompt.
-    last_P_D = torch.cat(lasts)
-    return caches, OutputHead(model)(last_P_D), mask
-
-
-def _fused_prefill(fused: FusedDecoder, prompts: Sequence[tuple[int, ...]],
-                   precision: Precision) -> tuple[list[PrefillCache], torch.Tensor, torch.Tensor]:
-    """`_prefill` through the fused decoder's `prefill`: the shared opening once, then the prompts' own
-    tokens a chunk at a time, each chunk's cache holding the opening in front of its own."""
-    shared = shared_prefix_length(prompts)
-    opening = None
-    if shared:
-        tokens = torch.tensor([prompts[0][:shared]], device=precision.device)
-        opening, _ = fused.prefill(tokens, torch.ones_like(tokens), torch.arange(shared, device=precision.device)[None])
-    tokens, mask, positions = (t.to(precision.device) for t in pad_left_tokens([p[shared:] for p in prompts]))
-    chunk = prefill_chunk_rows(fused.model.config, mask.shape[1] + shared)
-    caches, lasts = [], []
-    for start in range(0, len(prompts), chunk):
-        part = slice(start, start + chunk)
-        cache, last = fused.prefill(tokens[part], mask[part], positions[part] + shared, opening)
+        cache, last = chunk_cache(slice(start, start + chunk))
         caches.append(cache)
         lasts.append(last)
         if len(prompts) > chunk:  # the chunk's activations back to the system before the next one's
             return_freed_memory(precision.device, within_request=True)
-    if shared:  # [opening | left padding | own tokens], as `_prefill` masks it
-        mask = torch.cat([mask.new_ones((len(prompts), shared)), mask], dim=1)
-    return caches, fused.logits(torch.cat(lasts)).float(), mask
+    # The head on a 2-D tensor: on the 3-D `[:, -1:]` view (`logits_to_keep=1`) torch's matmul
+    # copies the head weight once per prompt.
+    return caches, head(torch.cat(lasts)), mask
 
 
 # Prompts opening with at least this many tokens in common (a system prompt, few-shot examples)
