@@ -102,6 +102,11 @@ class _Layer:
     def fused(self) -> list[FusedLinear]:
         return [self.qkv, self.o, self.gate_up, self.down]
 
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The MLP of the residual stream `x` (normed first), which the layer adds to it."""
+        gate, up = self.gate_up(_rms_norm(x, self.post_norm)).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
 
 def _rms_norm(x: torch.Tensor, weight_eps: tuple[torch.Tensor, float]) -> torch.Tensor:
     """RMSNorm as the Hugging Face Llama family computes it: normalised in fp32, scaled in x's dtype."""
@@ -282,8 +287,7 @@ class FusedDecoder:
             cache.layers.append(LayerCache(k, v))
             attended = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=layer.scaling, enable_gqa=True)
             x = x + layer.o(attended.transpose(1, 2).reshape(prompts * length, q_size))
-            gate, up = layer.gate_up(_rms_norm(x, layer.post_norm)).chunk(2, dim=-1)
-            x = x + layer.down(F.silu(gate) * up)
+            x = x + layer.feed_forward(x)
         return cache, x.view(prompts, length, -1)[:, -1]
 
     def logits(self, hidden_R_D: torch.Tensor) -> torch.Tensor:
@@ -391,8 +395,7 @@ class FusedDecoder:
             self.values[i, :, :, t : t + 1] = v
             attended = _attend(q, self.keys[i, :, :, : t + 1], self.values[i, :, :, : t + 1], layer.scaling, bias)
             x = x + layer.o(attended.reshape(rows, q_size))
-            gate, up = layer.gate_up(_rms_norm(x, layer.post_norm)).chunk(2, dim=-1)
-            x = x + layer.down(F.silu(gate) * up)
+            x = x + layer.feed_forward(x)
         self.length = t + 1
         return self.logits(x)
 
