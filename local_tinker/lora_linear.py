@@ -9,10 +9,11 @@ differs (no autocast) and only with gradients on (`forward_backward`). Scoring a
 peft's forward, which the fused decode step's reference layout repeats op for op
 (`projections.py`), so sampler and scorer still agree bit for bit.
 
-On a CPU that function's frozen base matmul, `x @ W^T + b`, and its gradient `g @ W` go through
-oneDNN's matmul (`torch.ops.mkldnn._linear_pointwise`) over the weight as it is, where torch's own
+On a CPU, with the base weight frozen, that function and its backward pass run as one autograd node
+(`_OneDnnLoraLinear`) instead of peft's half dozen, and its products against a weight go through
+oneDNN's matmul (`torch.ops.mkldnn._linear_pointwise`, over the weights as they are) where torch's own
 fp32 matmul calls MKL: the same products, rounded in another order again (docs/findings.md: "fp32
-training's frozen matmuls"). bf16 already takes oneDNN's matmul through torch.
+training's LoRA Linear"). bf16 already takes oneDNN's matmul through torch.
 
 Elsewhere (bf16 under autocast, and scoring and sampling in any precision), an adapter whose scale
 is exactly 1 (rank = alpha: the engine's default rank 32) skips peft's multiply by it, which
@@ -44,30 +45,25 @@ def _forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Ten
     return LoraLinear.forward(self, x, *args, **kwargs)
 
 
-def _scale_inside_addmm(self: Any, x: torch.Tensor, adapter: str) -> torch.Tensor:
-    """`addmm(x @ W^T + b, s * (x @ A^T), B^T)`: peft's function, rounded in another order (fp32 only)."""
-    base: nn.Linear = self.base_layer
-    rows_N_I = x.reshape(-1, x.shape[-1])
-    base_N_O = frozen_linear(rows_N_I, base.weight, base.bias)
-    low_N_R = F.linear(rows_N_I, self.lora_A[adapter].weight) * self.scaling[adapter]
-    # In place: `addmm` would first copy the base product into a new output, a whole pass over it.
-    # Nothing saved that product for the backward pass (the base matmul keeps its inputs).
-    out_N_O = base_N_O.addmm_(low_N_R, self.lora_B[adapter].weight.t())
-    return out_N_O.view(*x.shape[:-1], out_N_O.shape[-1])
-
-
 # Whether this torch build computes matmuls with oneDNN on a CPU (the bench's matmul timer reads it too).
 ONEDNN_MATMUL = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def frozen_linear(x_N_I: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor | None) -> torch.Tensor:
-    """`F.linear(x, W, b)` for a weight and bias that take no gradient; through oneDNN on a CPU
-    that has it, with its input's gradient through oneDNN too (the fp32 training forward's base
-    product: see the module docstring)."""
-    frozen = not weight_O_I.requires_grad and (bias_O is None or not bias_O.requires_grad)
-    if x_N_I.device.type != "cpu" or not ONEDNN_MATMUL or not frozen:
-        return F.linear(x_N_I, weight_O_I, bias_O)
-    return _OneDnnFrozenLinear.apply(x_N_I, weight_O_I, bias_O)  # type: ignore[no-any-return]
+def _scale_inside_addmm(self: Any, x: torch.Tensor, adapter: str) -> torch.Tensor:
+    """`addmm(x @ W^T + b, s * (x @ A^T), B^T)`: peft's function, rounded in another order (fp32 only)."""
+    base: nn.Linear = self.base_layer
+    rows_N_I = x.reshape(-1, x.shape[-1])
+    lora_a, lora_b, scale = self.lora_A[adapter].weight, self.lora_B[adapter].weight, self.scaling[adapter]
+    frozen = not base.weight.requires_grad and (base.bias is None or not base.bias.requires_grad)
+    if rows_N_I.device.type == "cpu" and ONEDNN_MATMUL and frozen:
+        out_N_O = _OneDnnLoraLinear.apply(rows_N_I, base.weight, base.bias, lora_a, lora_b, scale)
+    else:
+        base_N_O = F.linear(rows_N_I, base.weight, base.bias)
+        low_N_R = F.linear(rows_N_I, lora_a) * scale
+        # In place: `addmm` would first copy the base product into a new output, a whole pass over it.
+        # Nothing saved that product for the backward pass (the base matmul keeps its inputs).
+        out_N_O = base_N_O.addmm_(low_N_R, lora_b.t())
+    return out_N_O.view(*x.shape[:-1], out_N_O.shape[-1])
 
 
 def _onednn_linear(x_N_I: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor | None = None) -> torch.Tensor:
@@ -75,21 +71,42 @@ def _onednn_linear(x_N_I: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.
     return torch.ops.mkldnn._linear_pointwise(x_N_I.contiguous(), weight_O_I, bias_O, "none", [], "")
 
 
-class _OneDnnFrozenLinear(torch.autograd.Function):
-    """`x @ W^T + b` and, backward, `g @ W`, both by oneDNN's matmul over `W` as it is (no packed
-    copy is kept: `W^T` is a view). `W` and `b` take no gradient."""
+class _OneDnnLoraLinear(torch.autograd.Function):
+    """`addmm(x @ W^T + b, s * (x @ A^T), B^T)` and its backward pass written out, for a frozen `W`, `b`.
+
+    oneDNN computes the products of the input or the output's gradient against a weight: `x @ W^T`
+    and `x @ A^T`, and backward `g @ B` and `g @ W`; torch's own the rest: the B product added in
+    place, the adapter's gradients `g^T @ low` and `(s g B)^T @ x` (thin products, slower in oneDNN),
+    and `(s g B) @ A` added into the input's gradient in place.
+    """
 
     @staticmethod
-    def forward(ctx: Any, x_N_I: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor | None) -> torch.Tensor:
-        ctx.save_for_backward(weight_O_I)
-        return _onednn_linear(x_N_I, weight_O_I, bias_O)
+    def forward(ctx: Any, x_N_I: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor | None,
+                lora_a_R_I: torch.Tensor, lora_b_O_R: torch.Tensor, scale: float) -> torch.Tensor:
+        x_N_I = x_N_I.contiguous()  # once, for both products and the backward pass
+        low_N_R = _onednn_linear(x_N_I, lora_a_R_I)
+        if scale != 1.0:
+            low_N_R.mul_(scale)
+        out_N_O = _onednn_linear(x_N_I, weight_O_I, bias_O).addmm_(low_N_R, lora_b_O_R.t())
+        ctx.save_for_backward(x_N_I, weight_O_I, lora_a_R_I, lora_b_O_R, low_N_R)
+        ctx.scale = scale
+        return out_N_O
 
     @staticmethod
-    def backward(ctx: Any, grad_N_O: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
-        if not ctx.needs_input_grad[0]:
-            return None, None, None
-        (weight_O_I,) = ctx.saved_tensors
-        return _onednn_linear(grad_N_O, weight_O_I.t()), None, None
+    def backward(ctx: Any, grad_N_O: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x_N_I, weight_O_I, lora_a_R_I, lora_b_O_R, low_N_R = ctx.saved_tensors
+        wants_x, wants_a, wants_b = (ctx.needs_input_grad[i] for i in (0, 3, 4))
+        grad_N_O = grad_N_O.contiguous()
+        grad_b = grad_N_O.t().mm(low_N_R) if wants_b else None
+        grad_a = grad_x = None
+        if wants_a or wants_x:
+            grad_low_N_R = _onednn_linear(grad_N_O, lora_b_O_R.t())  # the gradient of `x @ A^T`, once scaled
+            if ctx.scale != 1.0:
+                grad_low_N_R.mul_(ctx.scale)
+            grad_a = grad_low_N_R.t().mm(x_N_I) if wants_a else None
+            if wants_x:
+                grad_x = _onednn_linear(grad_N_O, weight_O_I.t()).addmm_(grad_low_N_R, lora_a_R_I)
+        return grad_x, None, None, grad_a, grad_b, None
 
 
 def _without_scale(self: Any, x: torch.Tensor, adapter: str) -> torch.Tensor:

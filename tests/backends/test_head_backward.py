@@ -15,6 +15,7 @@ from local_tinker.clients import ServiceClient
 from local_tinker.losses import (
     RECORDED_LOGPROBS,
     REQUIRED_INPUTS,
+    SEQUENCE_LOSSES,
     gradient_mask,
     per_token_loss,
     resolve_config,
@@ -83,6 +84,11 @@ def test_the_same_loss_logprobs_and_gradients_as_autograd_through_the_chunks(
     if loss_fn == "stable_reinforce":  # the engine's lookup of the recorded log-probs, stood in for
         prepared = [dataclasses.replace(d, inputs={**d.inputs, RECORDED_LOGPROBS: d.inputs["logprobs"]})
                     for d in prepared]
+    if loss_fn in SEQUENCE_LOSSES:  # each sequence's ratio from a forward without gradients, as the engine
+        # takes it (`builtin_pass`): the reference's own log-probs come from the training forward, which
+        # rounds in another order in fp32 (`lora_linear.py`), and the ratio is a stop-gradient input to both.
+        no_grad_logprobs = trainer._batch_logprobs(model, prepared, None, base.precision, base.pad_id)  # noqa: SLF001
+        prepared = trainer._with_sequence_log_ratios(prepared, no_grad_logprobs)  # noqa: SLF001
     config = resolve_config(loss_fn, None)
     assert sum(int(gradient_mask(loss_fn, d.inputs).sum()) for d in prepared) > 2 * trainer.LOGIT_CHUNK_ROWS
 

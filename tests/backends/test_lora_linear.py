@@ -138,7 +138,7 @@ def test_a_scale_of_one_is_left_out_with_pefts_bits_and_gradients(where: str, mo
 
 
 class _OneDnnCalls(TorchDispatchMode):
-    """Counts oneDNN matmuls (`mkldnn::_linear_pointwise`) and torch's own (`mm`, `addmm`)."""
+    """Counts oneDNN matmuls (`mkldnn::_linear_pointwise`) and torch's own (`mm`, `addmm`, `addmm_`)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -147,7 +147,7 @@ class _OneDnnCalls(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if func is torch.ops.mkldnn._linear_pointwise.default:
             self.onednn += 1
-        elif func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
+        elif func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.addmm_.default):
             self.aten += 1
         return func(*args, **(kwargs or {}))
 
@@ -156,41 +156,50 @@ needs_onednn = pytest.mark.skipif(not lora_linear.ONEDNN_MATMUL, reason="this to
 
 
 @needs_onednn
-@pytest.mark.parametrize("bias", [False, True])
-def test_a_frozen_linear_is_oneDNNs_matmul_with_F_linears_values_and_input_gradient(bias: bool) -> None:
-    """`x @ W^T + b` and `g @ W` by oneDNN, to fp32 rounding of torch's own; W^T is read as a view."""
-    torch.manual_seed(0)
-    weight, bias_ = torch.randn(300, 70), (torch.randn(300) if bias else None)
-    x = torch.randn(3, 40, 70)[:, ::2].reshape(-1, 70).requires_grad_(True)  # rows from a strided view
-    grad = torch.randn(x.shape[0], 300)
-    reference_x = x.detach().clone().requires_grad_(True)
-    reference = torch.nn.functional.linear(reference_x, weight, bias_)
-    reference.backward(grad)
+def test_on_a_cpu_the_products_against_a_weight_are_oneDNNs() -> None:
+    """Forward `x @ W^T` and `x @ A^T` per Linear; backward `g @ B`, and `g @ W` where the input takes
+    a gradient: `up` reads the model's input (no gradient), `down` reads `up`'s output. The rest is
+    torch's own: the B product added in place forward; backward the two adapter gradients per Linear,
+    and `down`'s `(s g B) @ A` added into its input's gradient in place."""
+    model = _adapted()
+    fuse_training_forward(model)
     with _OneDnnCalls() as calls:
-        out = lora_linear.frozen_linear(x, weight, bias_)
-        out.backward(grad)
-    assert (calls.onednn, calls.aten) == (2, 0)  # forward and input gradient, nothing of torch's own
-    torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-5)
-    assert x.grad is not None
-    torch.testing.assert_close(x.grad, reference_x.grad, rtol=1e-5, atol=1e-5)
+        (model(torch.randn(2, 5, 12)) ** 2).sum().backward()
+    assert calls.onednn == 2 + 2 + 1 + 2  # forward up, down; backward up (g @ B), down (g @ B, g @ W)
+    assert calls.aten == 2 + 2 + 2 + 1  # forward the two addmm_; backward 2 + 2 adapter gradients, 1 addmm_
 
 
 @needs_onednn
-def test_an_input_without_gradient_gets_no_backward_matmul() -> None:
-    """The first layer's input (the frozen embedding's rows) needs no gradient: none is computed."""
-    weight, lora = torch.randn(16, 8), torch.randn(4, 16, requires_grad=True)
-    x = torch.randn(4, 8)
-    with _OneDnnCalls() as calls:
-        (lora_linear.frozen_linear(x, weight, None) * lora).sum().backward()
-    assert calls.onednn == 1 and lora.grad is not None
-
-
-def test_a_weight_that_trains_is_left_to_F_linear() -> None:
-    weight, bias = torch.randn(6, 4, requires_grad=True), torch.randn(6)
-    for trained_bias in (False, True):
-        bias.requires_grad_(trained_bias)
-        frozen_weight = weight.detach() if trained_bias else weight
+@pytest.mark.parametrize("scale", [2.0, 1.0])
+def test_from_a_strided_input_it_gives_pefts_values_and_gradients(scale: float) -> None:
+    """Rows gathered from a transposed tensor, an input that takes a gradient, a scale of 2 and of 1;
+    against peft's own forward and autograd's backward, to fp32 rounding."""
+    x_source = torch.randn(5, 2, 12)
+    runs = []
+    for fused in (False, True):
+        model = _adapted(alpha=int(4 * scale))
+        if fused:
+            fuse_training_forward(model)
+        x = x_source.clone().requires_grad_(True)
         with _OneDnnCalls() as calls:
-            lora_linear.frozen_linear(torch.randn(3, 4), frozen_weight, bias).sum().backward()
-        assert calls.onednn == 0
-        assert (bias.grad is not None) if trained_bias else (weight.grad is not None)
+            out, grads = _output_and_grads(model, x.transpose(0, 1))
+        assert (calls.onednn > 0) == fused
+        assert x.grad is not None
+        runs.append((out, grads, x.grad))
+    (reference, reference_grads, reference_x_grad), (out, grads, x_grad) = runs
+    torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(x_grad, reference_x_grad, rtol=1e-5, atol=1e-5)
+    assert grads.keys() == reference_grads.keys() and len(grads) == 4
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, reference_grads[name], rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_a_base_weight_that_trains_is_left_to_F_linear_and_gets_its_gradient() -> None:
+    model = _adapted()
+    fuse_training_forward(model)
+    up = model.base_model.model.up
+    up.base_layer.weight.requires_grad_(True)
+    with _OneDnnCalls() as calls:
+        (model(torch.randn(3, 12)) ** 2).sum().backward()
+    assert up.base_layer.weight.grad is not None
+    assert calls.onednn == (2 + 2 if lora_linear.ONEDNN_MATMUL else 0)  # `down` only (forward 2, backward 2)

@@ -29,12 +29,13 @@ def test_forward_and_backward_matmuls_are_counted_and_nothing_else() -> None:
 
 
 @pytest.mark.skipif(not lora_linear.ONEDNN_MATMUL, reason="this torch build has no oneDNN")
-def test_oneDNNs_matmul_counts_as_a_matmul() -> None:
-    """fp32 training's frozen base products run as oneDNN's matmul (`lora_linear.frozen_linear`)."""
-    x = torch.randn(16, 32, requires_grad=True)
+def test_oneDNNs_matmul_and_an_in_place_addmm_count_as_matmuls() -> None:
+    """fp32 training's products against a weight run as oneDNN's matmul, and the LoRA's B product is
+    added in place (`lora_linear._OneDnnLoraLinear`): the ceiling counts both."""
+    x, w, low, b = torch.randn(16, 32), torch.randn(8, 32), torch.randn(16, 4), torch.randn(8, 4)
     with MatmulTimer() as timer:
-        lora_linear.frozen_linear(x, torch.randn(8, 32), None).sum().backward()
-    assert timer.calls == 2  # the product and its input gradient
+        torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "").addmm_(low, b.t())
+    assert timer.calls == 2
 
 
 def test_with_the_attention_ops_the_attention_kernels_are_counted_too() -> None:
