@@ -13,7 +13,7 @@ On a CPU, with the base weight frozen, that function and its backward pass run a
 (`_OneDnnLoraLinear`) instead of peft's half dozen, and its products against a weight go through
 oneDNN's matmul (`torch.ops.mkldnn._linear_pointwise`, over the weights as they are) where torch's own
 fp32 matmul calls MKL: the same products, rounded in another order again (docs/findings.md: "fp32
-training's LoRA Linear"). bf16 already takes oneDNN's matmul through torch.
+training's matmuls on oneDNN"). bf16 already takes oneDNN's matmul through torch.
 
 Elsewhere (bf16 under autocast, and scoring and sampling in any precision), an adapter whose scale
 is exactly 1 (rank = alpha: the engine's default rank 32) skips peft's multiply by it, which
