@@ -269,17 +269,12 @@ class FusedDecoder:
         own = torch.ones(length, length, dtype=torch.bool, device=x.device).tril() & mask_P_L.bool()[:, None, :]
         width = 0 if opening is None else opening.layers[0].both()[0].shape[2]
         allowed = torch.cat([own.new_ones(prompts, length, width), own], dim=2)[:, None]  # [P, 1, L, W + L]
-        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        q_size = self.heads * self.head_dim
         cache = PrefillCache([])
         for i, layer in enumerate(self.layers):
-            qkv = layer.qkv(_rms_norm(x, layer.input_norm)).view(prompts, length, -1)
-            q = qkv[..., :q_size].view(prompts, length, self.heads, self.head_dim)
-            k = qkv[..., q_size : q_size + kv_size].view(prompts, length, self.kv_heads, self.head_dim)
-            v = qkv[..., q_size + kv_size :].view(prompts, length, self.kv_heads, self.head_dim)
-            if layer.q_norm is not None and layer.k_norm is not None:
-                q, k = _rms_norm(q, layer.q_norm), _rms_norm(k, layer.k_norm)
-            q, k = _rotate(q, cos, sin).transpose(1, 2), _rotate(k, cos, sin).transpose(1, 2)  # [P, heads, L, D]
-            v = v.transpose(1, 2)
+            q, k, v = self._rotated_qkv(layer, layer.qkv(_rms_norm(x, layer.input_norm)).view(prompts, length, -1),
+                                        cos, sin)
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [P, heads, L, D]
             if opening is not None:  # the opening's keys and values in front, shared by every prompt
                 keys, values = opening.layers[i].both()
                 k = torch.cat([keys.expand(prompts, -1, -1, -1), k], dim=2)
@@ -289,6 +284,23 @@ class FusedDecoder:
             x = x + layer.o(attended.transpose(1, 2).reshape(prompts * length, q_size))
             x = x + layer.feed_forward(x)
         return cache, x.view(prompts, length, -1)[:, -1]
+
+    def _rotated_qkv(self, layer: _Layer, qkv: torch.Tensor, cos: torch.Tensor,
+                     sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k and v of a layer's fused projection output `[..., q + k + v]`, split into heads
+        (`[..., heads, head_dim]`, `[..., kv_heads, head_dim]` twice): q and k normed where the model
+        norms them, then rotated (`cos`, `sin` broadcast over the heads)."""
+        lead, dim = qkv.shape[:-1], self.head_dim
+        q_size, kv_size = self.heads * dim, self.kv_heads * dim
+        v = qkv[..., q_size + kv_size :].view(*lead, self.kv_heads, dim)
+        if layer.q_norm is not None and layer.k_norm is not None:  # each its own norm, then rotated
+            q = _rotate(_rms_norm(qkv[..., :q_size].view(*lead, self.heads, dim), layer.q_norm), cos, sin)
+            k = _rotate(_rms_norm(qkv[..., q_size : q_size + kv_size].view(*lead, self.kv_heads, dim), layer.k_norm),
+                        cos, sin)
+            return q, k, v
+        # q and k rotated as one tensor: the same ops on the same values, half the calls
+        qk = _rotate(qkv[..., : q_size + kv_size].view(*lead, self.heads + self.kv_heads, dim), cos, sin)
+        return qk[..., : self.heads, :], qk[..., self.heads :, :], v
 
     def logits(self, hidden_R_D: torch.Tensor) -> torch.Tensor:
         """The next-token logits of last hidden states, as `step` and the model's own forward make them."""
@@ -378,21 +390,13 @@ class FusedDecoder:
         self._pack_if_stale(x.device, self._steps_packed)
         bias = torch.zeros(self.mask.shape, device=x.device, dtype=self.attention_dtype)
         bias = bias.masked_fill_(~self.mask, float("-inf"))[:, None, None]
-        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        q_size = self.heads * self.head_dim
         groups = self.heads // self.kv_heads
         for i, layer in enumerate(self.layers):
-            qkv = layer.qkv(_rms_norm(x, layer.input_norm))
-            if layer.q_norm is not None and layer.k_norm is not None:  # each its own norm, then rotated
-                q = _rotate(_rms_norm(qkv[:, :q_size].view(rows, self.heads, self.head_dim), layer.q_norm), cos, sin)
-                k = _rotate(_rms_norm(qkv[:, q_size : q_size + kv_size].view(rows, self.kv_heads, self.head_dim),
-                                      layer.k_norm), cos, sin)
-            else:  # q and k rotated as one tensor: the same ops on the same values, half the calls
-                qk = _rotate(qkv[:, : q_size + kv_size].view(rows, self.heads + self.kv_heads, self.head_dim), cos, sin)
-                q, k = qk[:, : self.heads], qk[:, self.heads :]
+            q, k, v = self._rotated_qkv(layer, layer.qkv(_rms_norm(x, layer.input_norm)), cos, sin)
             q = q.reshape(rows, self.kv_heads, groups, self.head_dim)
-            v = qkv[:, q_size + kv_size :].view(rows, self.kv_heads, 1, self.head_dim)
             self.keys[i, :, :, t : t + 1] = k[:, :, None]
-            self.values[i, :, :, t : t + 1] = v
+            self.values[i, :, :, t : t + 1] = v[:, :, None]
             attended = _attend(q, self.keys[i, :, :, : t + 1], self.values[i, :, :, : t + 1], layer.scaling, bias)
             x = x + layer.o(attended.reshape(rows, q_size))
             x = x + layer.feed_forward(x)
