@@ -361,22 +361,24 @@ class FusedDecoder:
         self.length = 0
 
     def keep(self, index: torch.Tensor) -> None:
-        """Keep only the rows at `index` (finished rows leave the batch).
+        """Keep only the rows at `index` (finished rows leave the batch), row `j` becoming `index[j]`.
 
-        A large cache's kept rows move to its front a layer at a time and the cache becomes a view of
-        them, so no second cache lies beside the first while it is made; a smaller one is copied
-        whole (two ops instead of two per layer).
+        Only the rows that change place move, and the cache becomes a view of its first rows: with
+        `sampler.compacted_order`'s index (each kept row in place where it can stay, the rows beyond
+        the kept count filling the gaps) as many rows move as finished among the first ones, rather
+        than every row after the first gap. The moving rows are copied out before they are written:
+        a large cache's a layer at a time, so that copy stays small beside it.
         """
         assert self.keys is not None and self.values is not None and self.mask is not None
-        if self._cache_is_large():
-            rows = len(index)
+        rows = len(index)
+        moved = torch.nonzero(index != torch.arange(rows, device=index.device)).flatten()
+        if len(moved):
+            source = index[moved]
             with torch.inference_mode():  # the cache is made under it (the prefill's)
                 for cache in (self.keys, self.values):
-                    for layer in cache:
-                        layer[:rows] = layer[index]
-            self.keys, self.values = self.keys[:, :rows], self.values[:, :rows]
-        else:
-            self.keys, self.values = self.keys[:, index], self.values[:, index]
+                    for part in cache if self._cache_is_large() else [cache.transpose(0, 1)]:
+                        part[moved] = part[source]
+        self.keys, self.values = self.keys[:, :rows], self.values[:, :rows]
         self.mask = self.mask[index]
 
     def step(self, tokens_R: torch.Tensor, positions_R: torch.Tensor) -> torch.Tensor:

@@ -453,11 +453,22 @@ def _decode(
             return
         index = None
         if len(keep) < len(active):
-            index = torch.tensor(keep, device=precision.device)
+            order = compacted_order(keep)
+            index = torch.tensor(order, device=precision.device)
             positions_R, next_tokens = positions_R[index], next_tokens[index]
-            active = [active[i] for i in keep]
+            active = [active[i] for i in order]
         logits_R_V = step(next_tokens, positions_R, index)
         positions_R = positions_R + 1
+
+
+def compacted_order(keep: list[int]) -> list[int]:
+    """The kept rows (ascending indices) in the order the batch goes on in: a kept row among the first
+    `len(keep)` stays in place, and the kept rows beyond them fill the places of the rows that
+    finished there. Each row draws from its own generator, so the order changes no sample; the
+    decoder's cache then moves only the rows that fill a place (`FusedDecoder.keep`)."""
+    count, kept = len(keep), set(keep)
+    beyond = [i for i in keep if i >= count]
+    return [i if i in kept else beyond.pop() for i in range(count)]
 
 
 def _choose(active: list[_Row], logits_R_V: torch.Tensor, tokenizer: object) -> torch.Tensor:
