@@ -140,16 +140,19 @@ def matmul_seconds(step: Callable[[], object], repeats: int,
     but its matmuls, at the speed they run inside it: no step built on these matmuls is faster.
     """
 
-    def timed() -> float:
-        timer = MatmulTimer(ops)
-        on_thread(timer.__enter__)
-        try:
-            step()
-        finally:
-            on_thread(partial(timer.__exit__, None, None, None))
-        return timer.seconds
+    return alternating_self_timed({"matmuls": partial(matmul_seconds_of, step, on_thread, ops)}, repeats)["matmuls"]
 
-    return alternating_self_timed({"matmuls": timed}, repeats)["matmuls"]
+
+def matmul_seconds_of(step: Callable[[], object], on_thread: Callable[[Callable[[], object]], object] = _here,
+                      ops: frozenset[Any] = MATMUL_OPS) -> float:
+    """Seconds that one call of `step` spends in matmuls (or in `ops`), timed on `on_thread` (as above)."""
+    timer = MatmulTimer(ops)
+    on_thread(timer.__enter__)
+    try:
+        step()
+    finally:
+        on_thread(partial(timer.__exit__, None, None, None))
+    return timer.seconds
 
 
 def model_flops_per_token(model: torch.nn.Module) -> float:

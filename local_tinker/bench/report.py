@@ -17,8 +17,9 @@ CT2_INT8 = "int8"
 # higher or lower meets it, and the figure its ceiling measured in the same run gives (None: none is
 # measured): the most the goal's figure could be with the step's matmuls (and, where timed, its exact
 # attention) at the speed they run inside it and nothing else taking time. A LoRA snapshot's sampling
-# shares the base model's decode ceiling (its products come on top). The RL batch's target is 1.5x
-# faster than its 2.61 s of 2026-12-01.
+# shares the base model's decode ceiling (its products come on top); the RL batch's is its matmuls
+# alone (attention's batched products among them). The RL batch's target is 1.5x faster than its
+# 2.61 s of 2026-12-01.
 GOALS = (("train_vs_peft_loop", 1.3, "min", "training / plain peft loop, 8x128", "train_ceiling_vs_peft_loop"),
          ("trl_number_words.engine_vs_trl_best", 1.5, "min", "training / best TRL, number-words chats",
           "trl_number_words.engine_matmuls_vs_trl_best"),
@@ -29,7 +30,7 @@ GOALS = (("train_vs_peft_loop", 1.3, "min", "training / plain peft loop, 8x128",
           "decode_attention_ceiling_frac_of_matmuls"),
          ("sample_lora_frac_of_matmuls", 0.80, "min", "LoRA-snapshot sampling / decode matmuls alone",
           "decode_attention_ceiling_frac_of_matmuls"),
-         ("rl_batch_s", 2.61 / 1.5, "max", "RL batch 8x4, seconds", None))
+         ("rl_batch_s", 2.61 / 1.5, "max", "RL batch 8x4, seconds", "rl_batch_matmuls_s"))
 
 
 @dataclass
@@ -112,6 +113,7 @@ def derive(groups: list[GroupResult]) -> dict[str, dict[str, Any]]:
             out["decode_attention_ceiling_frac_of_matmuls"] = _ratio(floor, matmuls)
             out["sample_8_prompts_frac_of_matmuls_attention"] = _ratio(row.get("sample_8_prompts_tok_s"), floor)
         out["rl_batch_s"] = row.get("rl_batch_s")
+        out["rl_batch_matmuls_s"] = row.get("rl_batch_matmuls_s")
         out["train_vs_peft_loop"] = _ratio(row.get("train_tok_s"), row.get("peer_train_tok_s"))
         out["train_ceiling_vs_peft_loop"] = _ratio(row.get("train_matmuls_attention_tok_s"), row.get("peer_train_tok_s"))
         out["sample_vs_hf_generate"] = _ratio(row.get("sample_8_prompts_tok_s"), row.get("peer_sample_tok_s"))
@@ -271,7 +273,8 @@ def _engine_lines(row: dict[str, float], out: dict[str, Any]) -> list[str]:
     lines += _line("sample 1 prompt x 8 samples x 64 tokens", row.get("sample_1_prompt_x8_tok_s"))
     if "rl_batch_tok_s" in row:
         lines += _line("RL batch 8x4, <=32 tokens, fresh snapshot each", row["rl_batch_tok_s"],
-                       extra=f", {row['rl_batch_s']:.2f} s/batch, {row['rl_batch_tokens']:.0f} tokens/batch")
+                       extra=f", {row['rl_batch_s']:.2f} s/batch, {row['rl_batch_tokens']:.0f} tokens/batch"
+                       + ("" if "rl_batch_matmuls_s" not in row else f"; its matmuls alone {row['rl_batch_matmuls_s']:.2f} s"))
     for key, label, ours in (("peer_train_tok_s", "peer: plain peft loop, full logits", "train_vs_peft_loop"),
                              ("peer_sample_tok_s", "peer: HF generate, 8 prompts x 64", "sample_vs_hf_generate"),
                              ("server_train_tok_s", "through the server (SDK+HTTP): training",

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -170,10 +171,15 @@ def _engine_sample(config: BenchConfig, precision: str) -> dict[str, float]:
 
 
 def _rl_batch(config: BenchConfig, precision: str) -> dict[str, float]:
+    on_thread = _engine_thread(precision, config.device)
+    matmul_seconds = partial(machine.matmul_seconds_of, on_thread=on_thread) if config.device == "cpu" else None
     figures = workloads.rl_batch(_service(config, precision), config.model,
-                                 iterations=1 if config.quick else config.repeats)
-    return {"rl_batch_tok_s": figures.tok_s, "rl_batch_s": figures.seconds_per_batch,
-            "rl_batch_tokens": figures.tokens_per_batch}
+                                 iterations=1 if config.quick else config.repeats, matmul_seconds=matmul_seconds)
+    out = {"rl_batch_tok_s": figures.tok_s, "rl_batch_s": figures.seconds_per_batch,
+           "rl_batch_tokens": figures.tokens_per_batch}
+    # Its matmuls alone: the projections and the head (prefill and decode steps), the batched products of
+    # the decode step's attention, and the fp32 snapshot's merge of each LoRA into its packed weight.
+    return out if figures.matmul_seconds_per_batch is None else out | {"rl_batch_matmuls_s": figures.matmul_seconds_per_batch}
 
 
 def _peft_loop(config: BenchConfig, precision: str) -> dict[str, float]:

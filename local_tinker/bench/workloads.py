@@ -73,15 +73,18 @@ class RlBatchFigures:
     seconds_per_batch: float
     tokens_per_batch: float  # generated tokens actually produced (stops end samples early)
     tok_s: float  # median over iterations of tokens / seconds
+    matmul_seconds_per_batch: float | None = None  # of its matmuls alone, in iterations of their own
 
 
 def rl_batch(service: Any, model: str, iterations: int, prompts: int = 8, num_samples: int = 4,
-             max_tokens: int = 32) -> RlBatchFigures:
+             max_tokens: int = 32, matmul_seconds: Callable[[Callable[[], object]], float] | None = None) -> RlBatchFigures:
     """`prompts` x `num_samples` number-words answers of up to `max_tokens`, stopping at end-of-turn,
     each iteration from a fresh snapshot taken after an optim step that changed the LoRA weights.
 
     Timed: `save_weights_and_get_sampling_client` and the sampling. Not timed: the training step
-    before it. One untimed warm-up iteration comes first.
+    before it. One untimed warm-up iteration comes first. With `matmul_seconds` (the seconds a call's
+    matmuls take, `machine.matmul_seconds_of`), as many further iterations (at most 3) give the batch's
+    matmuls alone: timing each op slows the batch, so those iterations' wall time is not counted.
     """
     tokenizer = get_tokenizer(model)
     trainer = service.create_lora_training_client(model, rank=32, seed=0).result()
@@ -89,18 +92,31 @@ def rl_batch(service: Any, model: str, iterations: int, prompts: int = 8, num_sa
     train_datums = number_words_batch(tokenizer, numbers).datums()
     inputs = [types.ModelInput.from_ints(tokenizer.encode(number_words_prompt(n), add_special_tokens=False))
               for n in numbers]
-    seconds, tokens = [], []
-    for iteration in range(iterations + 1):
+
+    def fresh_batch(iteration: int) -> Callable[[], list[Any]]:
+        """Train a step (B moves off 0: new weights); the call that snapshots and samples the batch."""
         trainer.forward_backward(train_datums, "cross_entropy")
-        trainer.optim_step(types.AdamParams(learning_rate=1e-4)).result()  # B moves off 0: new weights
+        trainer.optim_step(types.AdamParams(learning_rate=1e-4)).result()
         params = types.SamplingParams(max_tokens=max_tokens, temperature=1.0, seed=iteration,
                                       stop=[end_of_turn_token(tokenizer)])
+
+        def snapshot_and_sample() -> list[Any]:
+            sampler = trainer.save_weights_and_get_sampling_client().result()
+            return [f.result() for f in [sampler.sample(p, num_samples, params) for p in inputs]]
+
+        return snapshot_and_sample
+
+    seconds, tokens = [], []
+    for iteration in range(iterations + 1):
+        batch = fresh_batch(iteration)
         start = time.perf_counter()
-        sampler = trainer.save_weights_and_get_sampling_client().result()
-        responses = [f.result() for f in [sampler.sample(p, num_samples, params) for p in inputs]]
+        responses = batch()
         elapsed = time.perf_counter() - start
         if iteration:  # the first is the warm-up
             seconds.append(elapsed)
             tokens.append(sum(len(seq.tokens) for r in responses for seq in r.sequences))
+    matmuls = ([matmul_seconds(fresh_batch(iterations + 1 + i)) for i in range(min(3, iterations))]
+               if matmul_seconds is not None else [])
     return RlBatchFigures(statistics.median(seconds), statistics.median(tokens),
-                          statistics.median(t / s for t, s in zip(tokens, seconds, strict=True)))
+                          statistics.median(t / s for t, s in zip(tokens, seconds, strict=True)),
+                          statistics.median(matmuls) if matmuls else None)

@@ -45,6 +45,16 @@ def test_worker_writes_the_group_with_its_peak_rss(tmp_path: Path) -> None:
     assert result.figures["decode_attention_positions"] == workloads.sampling_positions("recipes/tiny-llama")
 
 
+def test_the_rl_batch_group_times_its_matmuls_alone(tmp_path: Path) -> None:
+    out = tmp_path / "rl_batch.json"
+    worker.main([str(out), "rl_batch/float32", "model=recipes/tiny-llama", "quick=True"])
+    figures = GroupResult(**json.loads(out.read_text())).figures
+    assert figures["rl_batch_tokens"] > 0 and figures["rl_batch_s"] > 0
+    # counted on the engine's thread (a timer on the client's thread would see no matmul), in iterations
+    # of their own: a batch of the tiny model is mostly work other than its matmuls
+    assert 0 < figures["rl_batch_matmuls_s"] < figures["rl_batch_s"]
+
+
 def test_main_prints_the_table_and_writes_every_figure(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     from tests.bench.test_report import groups
