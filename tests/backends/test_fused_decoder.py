@@ -432,3 +432,29 @@ def test_the_compacted_order_moves_only_the_rows_that_fill_a_gap() -> None:
     assert compacted_order([1, 2, 3]) == [3, 1, 2]  # the first finished: the last takes its place
     assert compacted_order([0, 3, 5, 6]) == [0, 6, 5, 3]  # rows 1, 2 and 4 of 7 finished: two rows move
     assert compacted_order([4, 5]) == [5, 4]
+
+
+def test_rows_finishing_at_different_steps_sample_as_if_alone_through_the_models_forward() -> None:
+    """Outside the fused decoder, finished rows leave the model's own cache in the sampler's compacted
+    order too: every row's samples equal those of its job sampled alone."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    from local_tinker.precision import Precision
+    from local_tinker.sampler import SampleJob, SamplerModel, generate
+
+    torch.manual_seed(0)
+    config = Gemma2Config(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    sampler = SamplerModel(Gemma2ForCausalLM(config).eval(), Precision(torch.device("cpu"), None, torch.float32))
+    assert sampler.decoder is None
+    prompts = [[5, 9, 17, 33], [7, 8], [100, 3, 4], [60, 61, 62, 63, 64]]
+    # the first job's rows finish first: the last job's take their places
+    jobs = [SampleJob(p, 2, types.SamplingParams(max_tokens=2 + 3 * i, temperature=1.0, seed=i))
+            for i, p in enumerate(prompts)]
+    together = generate(sampler, jobs, None, 64)
+    assert [[len(row.tokens) for row in rows] for rows in together] == [[2, 2], [5, 5], [8, 8], [11, 11]]
+    for job, rows in zip(jobs, together):
+        [alone] = generate(sampler, [job], None, 64)
+        assert [row.tokens for row in rows] == [row.tokens for row in alone]
+        for a, b in zip(rows, alone):
+            np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
