@@ -403,19 +403,27 @@ def test_prompts_sharing_an_opening_sample_as_if_each_were_prefilled_alone(name:
         np.testing.assert_allclose(scored[len(prompt):], seq.logprobs, atol=1e-4)
 
 
-def test_other_architectures_sample_from_their_own_logits() -> None:
-    """A model outside the fused decoder keeps its forward's logit processing (Gemma2 soft-caps them)."""
+def _gemma2_sampler(**config: Any) -> Any:
+    """The sampler of a tiny random Gemma2 (fp32, CPU): an architecture outside the fused decoder."""
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
     from local_tinker.precision import Precision
-    from local_tinker.sampler import SampleJob, SamplerModel, generate
+    from local_tinker.sampler import SamplerModel
 
     torch.manual_seed(0)
-    config = Gemma2Config(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                          num_attention_heads=2, num_key_value_heads=1, head_dim=16, final_logit_softcapping=0.5)
-    model = Gemma2ForCausalLM(config).eval()
+    model = Gemma2ForCausalLM(Gemma2Config(vocab_size=256, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                                           num_key_value_heads=1, head_dim=16, **config)).eval()
     sampler = SamplerModel(model, Precision(torch.device("cpu"), None, torch.float32))
     assert sampler.decoder is None
+    return sampler
+
+
+def test_other_architectures_sample_from_their_own_logits() -> None:
+    """A model outside the fused decoder keeps its forward's logit processing (Gemma2 soft-caps them)."""
+    from local_tinker.sampler import SampleJob, generate
+
+    sampler = _gemma2_sampler(num_hidden_layers=1, final_logit_softcapping=0.5)
+    model = sampler.model
     prompt = [5, 9, 17, 33]
     [[row]] = generate(sampler, [SampleJob(prompt, 1, types.SamplingParams(max_tokens=2, temperature=0.0))], None, 64)
     with torch.no_grad():
@@ -437,16 +445,9 @@ def test_the_compacted_order_moves_only_the_rows_that_fill_a_gap() -> None:
 def test_rows_finishing_at_different_steps_sample_as_if_alone_through_the_models_forward() -> None:
     """Outside the fused decoder, finished rows leave the model's own cache in the sampler's compacted
     order too: every row's samples equal those of its job sampled alone."""
-    from transformers import Gemma2Config, Gemma2ForCausalLM
+    from local_tinker.sampler import SampleJob, generate
 
-    from local_tinker.precision import Precision
-    from local_tinker.sampler import SampleJob, SamplerModel, generate
-
-    torch.manual_seed(0)
-    config = Gemma2Config(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                          num_attention_heads=2, num_key_value_heads=1, head_dim=16)
-    sampler = SamplerModel(Gemma2ForCausalLM(config).eval(), Precision(torch.device("cpu"), None, torch.float32))
-    assert sampler.decoder is None
+    sampler = _gemma2_sampler(num_hidden_layers=2)
     prompts = [[5, 9, 17, 33], [7, 8], [100, 3, 4], [60, 61, 62, 63, 64]]
     # the first job's rows finish first: the last job's take their places
     jobs = [SampleJob(p, 2, types.SamplingParams(max_tokens=2 + 3 * i, temperature=1.0, seed=i))
