@@ -246,10 +246,15 @@ def _head_forward_backward(lm_head: OutputHead, rows_N_D: torch.Tensor, targets_
     for start in range(0, detached_N_D.shape[0], LOGIT_CHUNK_ROWS):
         stop = min(start + LOGIT_CHUNK_ROWS, detached_N_D.shape[0])
         rows = detached_N_D[start:stop].requires_grad_(True)  # a leaf: a slice of a detached tensor
-        logprobs = _chunk_logprobs(lm_head, rows, targets_N[start:stop])
-        values = logprobs.detach()
+        logits_C_V = lm_head(rows)
+        with torch.no_grad():  # autograd's ops through `-cross_entropy` (`_chunk_logprobs`), without its graph
+            logprobs_C_V = torch.log_softmax(logits_C_V, dim=-1)
+            rows_C = torch.arange(stop - start, device=logprobs_C_V.device)
+            values = logprobs_C_V[rows_C, targets_N[start:stop]]
+            grad_C_V = _log_softmax_gradient(logprobs_C_V, rows_C, targets_N[start:stop],
+                                             grad_of(values, slice(start, stop)))
         with _no_autocast(precision):  # backward passes run outside autocast (as `total.backward()` did)
-            logprobs.backward(grad_of(values, slice(start, stop)))
+            logits_C_V.backward(grad_C_V)
         assert rows.grad is not None  # the chunk's log-probs depend on its rows
         pieces.append(values)
         row_grads.append(rows.grad)
@@ -259,6 +264,17 @@ def _head_forward_backward(lm_head: OutputHead, rows_N_D: torch.Tensor, targets_
         with _no_autocast(precision):
             rows_N_D.backward(torch.cat(row_grads))
     return torch.cat(pieces)
+
+
+def _log_softmax_gradient(logprobs_C_V: torch.Tensor, rows_C: torch.Tensor, targets_C: torch.Tensor,
+                          grad_C: torch.Tensor) -> torch.Tensor:
+    """The gradient with respect to the logits, given `grad_C` with respect to each row's log-prob of its
+    target: as autograd computes it through `-cross_entropy`, the loss's gradient placed at each row's
+    target, then the log-softmax's backward (`g - exp(log p) * sum(g)`): the same ops and bits, without
+    the graph autograd would build around them for a backward pass that follows at once."""
+    outer_C_V = torch.zeros_like(logprobs_C_V)
+    outer_C_V[rows_C, targets_C] = grad_C
+    return torch._log_softmax_backward_data(outer_C_V, logprobs_C_V, -1, logprobs_C_V.dtype)
 
 
 def _no_autocast(precision: Precision) -> AbstractContextManager[object]:
