@@ -241,17 +241,27 @@ class FusedDecoder:
         return run
 
     def prefills(self) -> bool:
-        """Whether prompts are prefilled here (`prefill`) rather than by the model's forward: fp32 weights
-        that oneDNN packs. The packed copy, with the LoRA merged in, is made for the decode steps anyway,
-        and its matmuls are faster than the forward's per-Linear products and LoRA hooks. In fp32 no bits
-        are to be matched (`projections.py`); in bf16 the prefill stays with the forward, which is the
-        scorer's computation, so the cache the steps read is the scorer's bit for bit."""
-        return self.head.weight.dtype == torch.float32 and can_pack(self.head.weight)
+        """Whether prompts are prefilled here (`prefill`) rather than by the model's forward: on a CPU,
+        fp32 weights that oneDNN packs, and bf16 ones. In fp32 the packed copy, with the LoRA merged in,
+        is made for the decode steps anyway, and its matmuls are faster than the forward's per-Linear
+        products and LoRA hooks (no bits are to be matched: `projections.py`). In bf16 the prefill reads
+        the weights in the steps' layouts, each of which gives the scorer's bits at prefill row counts
+        too (the probe tries one), and attends in fp64 as the scorer does (`attention.py`), so the cache
+        and the first logits are the forward's bit for bit, for fewer ops."""
+        weight = self.head.weight
+        if weight.dtype == torch.float32:
+            return can_pack(weight)
+        return weight.device.type == "cpu"
+
+    def packs_steps(self, new_tokens: int) -> bool:
+        """Whether a generation of up to `new_tokens` tokens decodes over the packed copy."""
+        return self.head.weight.dtype == torch.float32 or new_tokens >= LOW_PRECISION_PACK_TOKENS
 
     def prefill(self, tokens_P_L: torch.Tensor, mask_P_L: torch.Tensor, positions_P_L: torch.Tensor,
-                opening: "PrefillCache | None" = None) -> tuple["PrefillCache", torch.Tensor]:
-        """Run left-padded prompts through the layers over the packed weights (what `step` computes, for
-        `L` tokens a row at once); returns their cache and the last position's hidden state `[P, hidden]`.
+                opening: "PrefillCache | None" = None, packed: bool = True) -> tuple["PrefillCache", torch.Tensor]:
+        """Run left-padded prompts through the layers (what `step` computes, for `L` tokens a row at once),
+        over the weights packed or not (`packed`: as the generation's steps will read them); returns
+        their cache and the last position's hidden state `[P, hidden]`.
 
         Args:
             tokens_P_L, mask_P_L, positions_P_L: as `batch.pad_left_tokens` makes them (positions going
@@ -259,7 +269,7 @@ class FusedDecoder:
             opening: the cache of tokens that every prompt opens with (one row, prefilled before): each
                 prompt attends to all of it, and the returned cache holds it in front of the prompt's own.
         """
-        self._pack_if_stale(tokens_P_L.device)
+        self._pack_if_stale(tokens_P_L.device, packed)
         prompts, length = tokens_P_L.shape
         x = self.embed(tokens_P_L).reshape(prompts * length, -1)
         cos, sin = self.rotary(x, positions_P_L)  # [P, L, head_dim]
@@ -269,7 +279,7 @@ class FusedDecoder:
         own = torch.ones(length, length, dtype=torch.bool, device=x.device).tril() & mask_P_L.bool()[:, None, :]
         width = 0 if opening is None else opening.layers[0].both()[0].shape[2]
         allowed = torch.cat([own.new_ones(prompts, length, width), own], dim=2)[:, None]  # [P, 1, L, W + L]
-        q_size = self.heads * self.head_dim
+        q_size, dtype = self.heads * self.head_dim, self.attention_dtype
         cache = PrefillCache([])
         for i, layer in enumerate(self.layers):
             q, k, v = self._rotated_qkv(layer, layer.qkv(_rms_norm(x, layer.input_norm)).view(prompts, length, -1),
@@ -280,7 +290,8 @@ class FusedDecoder:
                 k = torch.cat([keys.expand(prompts, -1, -1, -1), k], dim=2)
                 v = torch.cat([values.expand(prompts, -1, -1, -1), v], dim=2)
             cache.layers.append(LayerCache(k, v))
-            attended = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=layer.scaling, enable_gqa=True)
+            attended = F.scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), attn_mask=allowed,
+                                                      scale=layer.scaling, enable_gqa=True).to(x.dtype)
             x = x + layer.o(attended.transpose(1, 2).reshape(prompts * length, q_size))
             x = x + layer.feed_forward(x)
         return cache, x.view(prompts, length, -1)[:, -1]
@@ -303,9 +314,9 @@ class FusedDecoder:
         return qk[..., : self.heads, :], qk[..., self.heads :, :], v
 
     def logits(self, hidden_R_D: torch.Tensor) -> torch.Tensor:
-        """The next-token logits of last hidden states, as `step` and the model's own forward make them."""
-        logits = self.head(_rms_norm(hidden_R_D, self.final_norm))
-        return logits if self.logit_processing is None else self.logit_processing(logits.float())
+        """The next-token logits (fp32) of last hidden states, as `step` and the model's own forward make them."""
+        logits = self.head(_rms_norm(hidden_R_D, self.final_norm)).float()
+        return logits if self.logit_processing is None else self.logit_processing(logits)
 
     def start(self, prefill_cache: Any, rows: torch.Tensor, mask_R_W: torch.Tensor, new_tokens: int) -> None:
         """Copy a prefill cache (one entry per prompt) into a cache with room for more tokens per row.
@@ -334,7 +345,7 @@ class FusedDecoder:
                 return_freed_memory(first.device, within_request=True)
         self.mask = mask_R_W.bool()
         self.length = width
-        self._steps_packed = self.head.weight.dtype == torch.float32 or new_tokens >= LOW_PRECISION_PACK_TOKENS
+        self._steps_packed = self.packs_steps(new_tokens)
 
     def _cache_dtype(self, shape: tuple[int, ...], model_dtype: torch.dtype) -> torch.dtype:
         """What a KV cache of `shape` (keys or values) is kept in: the dtype attention reads it in where

@@ -1,4 +1,4 @@
-"""The fused decode step's projections: Linears that share an input, computed as one, with a LoRA.
+"""The fused decoder's projections: Linears that share an input, computed as one, with a LoRA.
 
 A group (q/k/v, gate/up, or one Linear) keeps its members' weights in one tensor, the storage the
 model's own Linears view (`fused_weight`), and computes the group's outputs in one of four layouts,
@@ -37,7 +37,7 @@ Deltas = dict[str, tuple[torch.Tensor, torch.Tensor, float]]
 
 PACK_BATCH_HINT = 8  # rows the packed matmul layout is tuned for (any count works)
 LAYOUTS = ("packed+a", "packed", "plain", "members")
-PROBE_ROWS = (1, 3, PACK_BATCH_HINT)  # a decode step's row counts the probe tries
+PROBE_ROWS = (1, 3, PACK_BATCH_HINT, 160)  # row counts the probe tries: a decode step's, and a prefill's
 _probed: dict[tuple[object, ...], str] = {}  # a group's shapes -> the layout its probe chose here
 
 

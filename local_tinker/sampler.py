@@ -278,10 +278,11 @@ def generate(
     rows = [_make_row(j, job.first_sample + s, prompt_index[tuple(job.prompt)], job, max_context, precision)
             for j, job in enumerate(jobs) for s in range(job.num_samples)]
     with torch.inference_mode():
-        cache, logits_P_V, mask_P_L = _prefill(model, prompts, precision, sampler.decoder)
+        new_tokens = max(row.max_tokens for row in rows)
+        cache, logits_P_V, mask_P_L = _prefill(model, prompts, precision, sampler.decoder, new_tokens)
         expand = torch.tensor([row.prompt for row in rows], device=precision.device)
         if sampler.decoder is not None:
-            sampler.decoder.start(cache, expand, mask_P_L[expand], max(row.max_tokens for row in rows))
+            sampler.decoder.start(cache, expand, mask_P_L[expand], new_tokens)
             del cache
             step = _fused_step(sampler.decoder)
         else:
@@ -311,16 +312,17 @@ def _make_row(j: int, s: int, p: int, job: SampleJob, max_context: int, precisio
 
 
 def _prefill(
-    model: PreTrainedModel, prompts: Sequence[tuple[int, ...]], precision: Precision, fused: FusedDecoder | None
+    model: PreTrainedModel, prompts: Sequence[tuple[int, ...]], precision: Precision, fused: FusedDecoder | None,
+    new_tokens: int,
 ) -> tuple[Any, torch.Tensor, torch.Tensor]:
     """Left-padded forward over the distinct prompts; returns the cache, last logits, mask.
 
     With the `fused` decoder (its models): the layers and then the head on the last positions only, a
     chunk of prompts at a time (`prefill_chunk_rows`), returning the chunks' caches in order; the
     opening all prompts share (`shared_prefix_length`) is prefilled once and each chunk attends to
-    it. The layers are the model's decoder, or in fp32 the fused decoder's own `prefill` over its
-    packed weights (`FusedDecoder.prefills`). Otherwise the model's whole forward, with whatever it
-    does to its logits, in one go.
+    it. The layers are the fused decoder's own `prefill` on a CPU (`FusedDecoder.prefills`), over the
+    weights as the generation's steps will read them (`new_tokens`: packed or not), else the model's
+    decoder. Otherwise the model's whole forward, with whatever it does to its logits, in one go.
     """
     if fused is None:  # the model's forward, with whatever it does to its logits
         tokens, mask, positions = (t.to(precision.device) for t in pad_left_tokens(prompts))
@@ -333,12 +335,13 @@ def _prefill(
     # [opening | left padding | own tokens]: the mask has a hole where prompts share an opening
     mask = torch.cat([own_mask.new_ones((len(prompts), shared)), own_mask], dim=1)
     if fused.prefills():
-        before = None
+        before, packed = None, fused.packs_steps(new_tokens)
         if shared:
-            before, _ = fused.prefill(opening, torch.ones_like(opening), positions.new_tensor([list(range(shared))]))
+            before, _ = fused.prefill(opening, torch.ones_like(opening), positions.new_tensor([list(range(shared))]),
+                                      packed=packed)
 
         def chunk_cache(part: slice) -> tuple[Any, torch.Tensor]:  # a chunk's cache and last hidden states
-            return fused.prefill(tokens[part], own_mask[part], positions[part], before)
+            return fused.prefill(tokens[part], own_mask[part], positions[part], before, packed)
 
         head: Callable[[torch.Tensor], torch.Tensor] = fused.logits
     else:
@@ -415,7 +418,7 @@ def _fused_step(decoder: FusedDecoder) -> _Step:
     def step(tokens_R: torch.Tensor, positions_R: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
         if keep is not None:
             decoder.keep(keep)
-        return decoder.step(tokens_R, positions_R).float()
+        return decoder.step(tokens_R, positions_R)
 
     return step
 

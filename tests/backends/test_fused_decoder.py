@@ -19,6 +19,7 @@ from local_tinker import projections
 from local_tinker import sampler as sampler_module
 from local_tinker.batch import pad_left_tokens
 from local_tinker.decoder import FusedDecoder, supports
+from local_tinker.logits import OutputHead
 from local_tinker.models import load_base_model
 from local_tinker.sampler import compacted_order
 
@@ -155,21 +156,20 @@ def test_the_fused_prefill_gives_each_prompts_own_forward(name: str, with_openin
 
 
 @pytest.mark.parametrize("precision", ["bfloat16", "float32"])
-def test_fp32_prompts_prefill_through_the_fused_decoder_and_bf16_ones_through_the_forward(
-        precision: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where oneDNN packs fp32 weights the sampler prefills with `FusedDecoder.prefill`; a bf16 model
-    prefills with its own forward (the scorer's computation, whose bits its samples must keep)."""
+def test_prompts_prefill_through_the_fused_decoder_on_a_cpu(precision: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU the sampler prefills with `FusedDecoder.prefill`: bf16 models always, fp32 ones where
+    oneDNN packs their weights (the packed copy with the LoRA merged in is what it is for)."""
     _, _, sampler = _trained_adapter("recipes/tiny-llama", precision, 8, steps=1)
     decoder = sampler._snapshot.base.sampler.decoder  # noqa: SLF001
     assert decoder is not None
-    fused_prefills = precision == "float32" and projections.can_pack(decoder.head.weight)
+    fused_prefills = precision == "bfloat16" or projections.can_pack(decoder.head.weight)
     assert decoder.prefills() == fused_prefills
     calls: list[int] = []
     original = FusedDecoder.prefill
 
-    def counted(self, tokens, *args):  # type: ignore[no-untyped-def]
+    def counted(self, tokens, *args, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(int(tokens.shape[0]))
-        return original(self, tokens, *args)
+        return original(self, tokens, *args, **kwargs)
 
     monkeypatch.setattr(FusedDecoder, "prefill", counted)
     prompts = [[5, 17, 300, 41], [8, 9]]
@@ -178,6 +178,50 @@ def test_fp32_prompts_prefill_through_the_fused_decoder_and_bf16_ones_through_th
     for future in futures:
         assert len(future.result().sequences) == 2
     assert bool(calls) == fused_prefills
+
+
+@pytest.mark.parametrize("name", ["recipes/tiny-llama", "recipes/tiny-qwen3"])
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("with_opening", [False, True])
+def test_the_bf16_fused_prefill_is_the_scorers_forward_bit_for_bit(name: str, packed: bool, with_opening: bool) -> None:
+    """In bf16 the fused prefill, over the weights packed (where the machine packs bf16) or as they are,
+    with a trained LoRA beside them, gives each left-padded prompt the keys, values and next-token
+    logits of the scorer's own forward over that prompt alone (the sampler's model with its LoRA hooks
+    and fp64 attention), to the bit: the sampler's samples and log-probs are the scorer's."""
+    tokenizer, trainer, sampler = _trained_adapter(name, "bfloat16", 8, steps=2)  # the trainer kept: it owns the LoRA
+    sampler.sample(types.ModelInput.from_ints([5, 6]), 1, types.SamplingParams(max_tokens=1)).result()  # loads it
+    sampler_model = sampler._snapshot.base.sampler  # noqa: SLF001
+    fused, model = sampler_model.decoder, sampler_model.model
+    assert fused is not None and fused.prefills()
+    opening = tokenizer.encode("Answer in words, and say nothing else.") if with_opening else []
+    prompts = [tokenizer.encode(text) for text in ("Write 7.", "Now write 4072, please, in words.", "31?")]
+    tokens, mask, positions = pad_left_tokens(prompts)
+    with torch.inference_mode():
+        before = None
+        if opening:
+            first = torch.tensor([opening])
+            before = fused.prefill(first, torch.ones_like(first), torch.arange(len(opening))[None], packed=packed)[0]
+        cache, last = fused.prefill(tokens, mask, positions + len(opening), before, packed)
+        logits = fused.logits(last)
+    assert trainer is not None
+    layouts = {f.layout for f in fused._all_fused()}  # noqa: SLF001
+    assert bool(layouts & {"packed", "packed+a"}) == (packed and projections.can_pack(fused.head.weight))
+    width = len(opening) + tokens.shape[1]
+    lasts = []
+    for i, prompt in enumerate(prompts):
+        whole = torch.tensor([opening + prompt])
+        own = list(range(len(opening))) + list(range(width - len(prompt), width))  # past the left padding
+        with torch.inference_mode():
+            out = model.get_decoder()(input_ids=whole, use_cache=True)
+        lasts.append(out.last_hidden_state[:, -1])
+        for layer, want in zip(cache.layers, out.cache.layers, strict=True):
+            keys, values = layer.both()
+            assert keys.dtype == torch.bfloat16
+            assert torch.equal(keys[i][:, own], want.keys[0]) and torch.equal(values[i][:, own], want.values[0])
+    # The head on the prompts' rows together, as the sampler applies it: a bf16 matmul's bits may
+    # depend on its row count on some CPUs (the scorer's own head runs at a sequence's).
+    with torch.inference_mode():
+        assert torch.equal(logits, OutputHead(model)(torch.cat(lasts)))
 
 
 def test_weights_written_through_the_model_reach_the_fused_step() -> None:
