@@ -97,8 +97,11 @@ def memory_bandwidth(repeats: int = 5, quick: bool = False, device: str = "cpu")
 # oneDNN's matmul: fp32 training's products against a weight on a CPU (`lora_linear._OneDnnLoraLinear`);
 # `addmm_`: fp32 training's LoRA B product, added into the base product in place.
 _ONEDNN_OPS = (torch.ops.mkldnn._linear_pointwise.default,) if lora_linear.ONEDNN_MATMUL else ()
+# Under `torch.inference_mode` (sampling) `F.linear` and `torch.matmul` reach the timer whole, not as
+# the `mm` / `bmm` they run as elsewhere.
 MATMUL_OPS = frozenset({torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.addmm_.default,
-                        torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default, *_ONEDNN_OPS})
+                        torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default, torch.ops.aten.linear.default,
+                        torch.ops.aten.matmul.default, *_ONEDNN_OPS})
 # torch's CPU attention kernels (SDPA's flash kernel, forward and backward): what the engine's training
 # attends with, in fp64 for a bf16 model (`attention.py`), besides the casts around it.
 ATTENTION_OPS = frozenset({torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,

@@ -28,6 +28,21 @@ def test_forward_and_backward_matmuls_are_counted_and_nothing_else() -> None:
     assert timer.calls == 0 and timer.seconds == 0.0
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_under_inference_mode_linear_and_matmul_count_once(dtype: torch.dtype) -> None:
+    """Sampling runs under `torch.inference_mode`, where `F.linear` and `torch.matmul` reach the timer as
+    themselves rather than as the `mm` and `bmm` they run as with autograd on: each counts, once."""
+    x, w = torch.randn(2, 5, 32, dtype=dtype), torch.randn(8, 32, dtype=dtype)
+    q, k = torch.randn(4, 3, 1, 16, dtype=dtype), torch.randn(4, 3, 7, 16, dtype=dtype)
+    for context in (torch.inference_mode, torch.no_grad):
+        with context(), MatmulTimer() as timer:
+            torch.nn.functional.linear(x, w)
+            torch.nn.functional.linear(x[0], w)
+            torch.matmul(q, k.transpose(-1, -2))
+            torch.softmax(q, dim=-1)  # not a matmul
+        assert timer.calls == 3, context
+
+
 @pytest.mark.skipif(not lora_linear.ONEDNN_MATMUL, reason="this torch build has no oneDNN")
 def test_oneDNNs_matmul_and_an_in_place_addmm_count_as_matmuls() -> None:
     """fp32 training's products against a weight run as oneDNN's matmul, and the LoRA's B product is
