@@ -116,6 +116,25 @@ def test_fused_steps_equal_full_forwards(name: str, with_lora: bool, monkeypatch
         torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
 
 
+def _prefill_after(fused: FusedDecoder, prompts: list[list[int]], opening: list[int],
+                   packed: bool = True) -> tuple[Any, torch.Tensor, int]:
+    """`prompts` left-padded after `opening` (prefilled once first, where there is one), as the sampler
+    prefills them: their cache, their next-token logits and the cache's width."""
+    tokens, mask, positions = pad_left_tokens([list(p) for p in prompts])
+    with torch.inference_mode():
+        before = None
+        if opening:
+            first = torch.tensor([opening])
+            before = fused.prefill(first, torch.ones_like(first), torch.arange(len(opening))[None], packed=packed)[0]
+        cache, last = fused.prefill(tokens, mask, positions + len(opening), before, packed)
+        return cache, fused.logits(last), len(opening) + tokens.shape[1]
+
+
+def _own_positions(opening: int, prompt: int, width: int) -> list[int]:
+    """A prompt's positions in a prefill cache of `width`: the opening's, then its own past the left padding."""
+    return list(range(opening)) + list(range(width - prompt, width))
+
+
 @pytest.mark.parametrize("name", ["recipes/tiny-llama", "recipes/tiny-qwen3", "qwen2"])
 @pytest.mark.parametrize("with_opening", [False, True])
 def test_the_fused_prefill_gives_each_prompts_own_forward(name: str, with_opening: bool) -> None:
@@ -132,18 +151,10 @@ def test_the_fused_prefill_gives_each_prompts_own_forward(name: str, with_openin
         for path, (a, b, scale) in deltas.items():
             reference.get_submodule(path).weight += scale * b @ a
     opening = [11, 12, 13, 14, 15] if with_opening else []
-    tokens, mask, positions = pad_left_tokens([list(p) for p in PROMPTS])
-    with torch.inference_mode():
-        before = None
-        if opening:
-            first = torch.tensor([opening])
-            before, _ = fused.prefill(first, torch.ones_like(first), torch.arange(len(opening))[None])
-        cache, last = fused.prefill(tokens, mask, positions + len(opening), before)
-        logits = fused.logits(last)
-    width = len(opening) + tokens.shape[1]
+    cache, logits, width = _prefill_after(fused, PROMPTS, opening)
     for i, prompt in enumerate(PROMPTS):
         whole = torch.tensor([opening + list(prompt)])
-        own = list(range(len(opening))) + list(range(width - len(prompt), width))  # past the left padding
+        own = _own_positions(len(opening), len(prompt), width)
         with torch.inference_mode():
             expected = reference.get_decoder()(input_ids=whole, use_cache=True).cache
             expected_logits = reference(input_ids=whole).logits[0, -1]
@@ -195,22 +206,14 @@ def test_the_bf16_fused_prefill_is_the_scorers_forward_bit_for_bit(name: str, pa
     assert fused is not None and fused.prefills()
     opening = tokenizer.encode("Answer in words, and say nothing else.") if with_opening else []
     prompts = [tokenizer.encode(text) for text in ("Write 7.", "Now write 4072, please, in words.", "31?")]
-    tokens, mask, positions = pad_left_tokens(prompts)
-    with torch.inference_mode():
-        before = None
-        if opening:
-            first = torch.tensor([opening])
-            before = fused.prefill(first, torch.ones_like(first), torch.arange(len(opening))[None], packed=packed)[0]
-        cache, last = fused.prefill(tokens, mask, positions + len(opening), before, packed)
-        logits = fused.logits(last)
+    cache, logits, width = _prefill_after(fused, prompts, opening, packed)
     assert trainer is not None
     layouts = {f.layout for f in fused._all_fused()}  # noqa: SLF001
     assert bool(layouts & {"packed", "packed+a"}) == (packed and projections.can_pack(fused.head.weight))
-    width = len(opening) + tokens.shape[1]
     lasts = []
     for i, prompt in enumerate(prompts):
         whole = torch.tensor([opening + prompt])
-        own = list(range(len(opening))) + list(range(width - len(prompt), width))  # past the left padding
+        own = _own_positions(len(opening), len(prompt), width)
         with torch.inference_mode():
             out = model.get_decoder()(input_ids=whole, use_cache=True)
         lasts.append(out.last_hidden_state[:, -1])
