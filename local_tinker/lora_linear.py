@@ -30,11 +30,17 @@ from torch import nn
 
 
 def fuse_training_forward(model: nn.Module) -> None:
-    """Give each of `model`'s peft LoRA Linears the fused training forward (an instance attribute,
-    set once per module; modules peft adds with a later adapter get it on the next call)."""
+    """Give each of `model`'s peft LoRA Linears the fused training forward, and each plain Linear
+    outside them (an output head left without an adapter) the frozen one (instance attributes, set
+    once per module; modules peft adds with a later adapter get theirs on the next call)."""
+    wrapped = {id(module.base_layer) for module in model.modules() if isinstance(module, LoraLinear)}
     for module in model.modules():
-        if isinstance(module, LoraLinear) and "forward" not in vars(module):
+        if "forward" in vars(module):
+            continue
+        if isinstance(module, LoraLinear):
             module.forward = types.MethodType(_forward, module)  # type: ignore[method-assign]
+        elif type(module) is nn.Linear and id(module) not in wrapped:
+            module.forward = types.MethodType(_frozen_forward, module)  # type: ignore[method-assign]
 
 
 def _forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -64,6 +70,17 @@ def _scale_inside_addmm(self: Any, x: torch.Tensor, adapter: str) -> torch.Tenso
         # Nothing saved that product for the backward pass (the base matmul keeps its inputs).
         out_N_O = base_N_O.addmm_(low_N_R, lora_b.t())
     return out_N_O.view(*x.shape[:-1], out_N_O.shape[-1])
+
+
+def _frozen_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """A Linear without an adapter: in fp32 training on a CPU with its weight (and bias) frozen, its
+    products by oneDNN's matmul (`_OneDnnLinear`); elsewhere `nn.Linear`'s own forward."""
+    frozen = not self.weight.requires_grad and (self.bias is None or not self.bias.requires_grad)
+    if (frozen and ONEDNN_MATMUL and x.device.type == "cpu" and torch.is_grad_enabled()
+            and not torch.is_autocast_enabled("cpu") and x.dtype == self.weight.dtype == torch.float32):
+        out_N_O = _OneDnnLinear.apply(x.reshape(-1, x.shape[-1]), self.weight, self.bias)
+        return out_N_O.view(*x.shape[:-1], out_N_O.shape[-1])
+    return F.linear(x, self.weight, self.bias)
 
 
 def _onednn_linear(x_N_I: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor | None = None) -> torch.Tensor:
@@ -107,6 +124,21 @@ class _OneDnnLoraLinear(torch.autograd.Function):
             if wants_x:
                 grad_x = _onednn_linear(grad_N_O, weight_O_I.t()).addmm_(grad_low_N_R, lora_a_R_I)
         return grad_x, None, None, grad_a, grad_b, None
+
+
+class _OneDnnLinear(torch.autograd.Function):
+    """`x @ W^T + b` for a frozen `W`, `b`, and backward the input's gradient `g @ W`, by oneDNN's matmul."""
+
+    @staticmethod
+    def forward(ctx: Any, x_N_I: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(weight_O_I)
+        return _onednn_linear(x_N_I, weight_O_I, bias_O)
+
+    @staticmethod
+    def backward(ctx: Any, grad_N_O: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        (weight_O_I,) = ctx.saved_tensors
+        grad_x = _onednn_linear(grad_N_O, weight_O_I.t()) if ctx.needs_input_grad[0] else None
+        return grad_x, None, None
 
 
 def _without_scale(self: Any, x: torch.Tensor, adapter: str) -> torch.Tensor:

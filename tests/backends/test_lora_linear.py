@@ -208,3 +208,67 @@ def test_a_base_weight_that_trains_is_left_to_F_linear_and_gets_its_gradient() -
         (model(torch.randn(3, 12)) ** 2).sum().backward()
     assert up.base_layer.weight.grad is not None
     assert calls.onednn == (2 + 2 if lora_linear.ONEDNN_MATMUL else 0)  # `down` only (forward 2, backward 2)
+
+
+def _up_adapted() -> Any:
+    """Only `up` adapted: `down` stays a plain Linear, frozen (as an output head without an adapter)."""
+    torch.manual_seed(0)
+    model = get_peft_model(_TwoLinears(), LoraConfig(r=4, lora_alpha=8, target_modules=["up"]))
+    nn.init.normal_(model.base_model.model.up.lora_B["default"].weight, std=0.5)
+    return model
+
+
+def test_a_plain_linear_beside_the_adapters_gets_the_frozen_forward_and_a_wrapped_one_does_not() -> None:
+    model = _up_adapted()
+    fuse_training_forward(model)
+    inner = model.base_model.model
+    assert "forward" in vars(inner.down) and not inner.down.weight.requires_grad
+    assert "forward" not in vars(inner.up.base_layer)  # peft's own forward calls it, as it is
+
+
+@needs_onednn
+def test_a_frozen_linear_trains_through_oneDNN_with_autograds_values_and_gradients() -> None:
+    """`down` forward `x @ W^T + b`... and backward `g @ W` by oneDNN, the same function to fp32 rounding
+    (the output, the adapter's gradients and the input's) against `nn.Linear` under autograd."""
+    x_source = torch.randn(2, 5, 12)
+    runs = []
+    for fused in (False, True):
+        model = _up_adapted()
+        if fused:
+            fuse_training_forward(model)
+        x = x_source.clone().requires_grad_(True)
+        with _OneDnnCalls() as calls:
+            out, grads = _output_and_grads(model, x)
+        assert x.grad is not None
+        runs.append((out, grads, x.grad, calls))
+    (reference, reference_grads, reference_x_grad, plain), (out, grads, x_grad, calls) = runs
+    assert plain.onednn == 0
+    # up: x @ W^T and x @ A^T, backward g @ B and g @ W; down: x @ W^T, backward g @ W
+    assert calls.onednn == 2 + 2 + 1 + 1
+    assert calls.aten == 1 + 3  # up's addmm_ forward; backward its two adapter gradients and one addmm_
+    torch.testing.assert_close(x_grad, reference_x_grad, rtol=1e-5, atol=1e-5)
+    assert grads.keys() == reference_grads.keys() and len(grads) == 2
+    _assert_close_to_fp32_rounding(out, grads, reference, reference_grads)
+
+
+@pytest.mark.parametrize("where", ["without gradients", "autocast", "a weight that trains"])
+def test_elsewhere_a_plain_linear_is_nn_linears_bit_for_bit(where: str) -> None:
+    x = torch.randn(3, 20)
+    outs = []
+    for fused in (False, True):
+        model = _up_adapted()
+        down = model.base_model.model.down
+        down.weight.requires_grad_(where == "a weight that trains")
+        if fused:
+            fuse_training_forward(model)
+        with _OneDnnCalls() as calls, torch.autocast("cpu", dtype=torch.bfloat16, enabled=where == "autocast"):
+            if where == "without gradients":
+                with torch.no_grad():
+                    outs.append(down(x))
+            else:
+                outs.append(down(x))
+                if where == "a weight that trains":
+                    outs[-1].sum().backward()
+                    assert down.weight.grad is not None
+        assert calls.onednn == 0 or where == "autocast"  # bf16 autocast reaches oneDNN through torch
+    assert torch.equal(outs[0], outs[1])
