@@ -219,6 +219,8 @@ def _trl(config: BenchConfig, precision: str) -> report.GroupResult:
                     for key, value in seconds.items()}
         figures[f"engine_{workload}_matmuls_tok_s"] = (batch.predicted_tokens
                                                        / _matmul_seconds(config, precision, engine_step))
+        figures[f"engine_{workload}_matmuls_attention_tok_s"] = batch.predicted_tokens / _matmul_seconds(
+            config, precision, engine_step, machine.MATMUL_OPS | machine.ATTENTION_OPS)
     return report.GroupResult(f"trl/{precision}", figures, notes=[missing] if missing else [])
 
 

@@ -25,7 +25,8 @@ def test_absent_trl_skips_the_rows_and_says_how_to_install(monkeypatch: pytest.M
     result = run.run_group(config, f"trl/{resolve_precision().name}")  # emulated bf16 would only be slow
     assert result.notes == [message]
     # ours still measured
-    assert sorted(result.figures) == ["engine_number_words_matmuls_tok_s", "engine_number_words_tok_s",
+    assert sorted(result.figures) == ["engine_number_words_matmuls_attention_tok_s", "engine_number_words_matmuls_tok_s",
+                                      "engine_number_words_tok_s", "engine_random_8x128_matmuls_attention_tok_s",
                                       "engine_random_8x128_matmuls_tok_s", "engine_random_8x128_tok_s"]
 
 
