@@ -60,8 +60,7 @@ def _scale_inside_addmm(self: Any, x: torch.Tensor, adapter: str) -> torch.Tenso
     base: nn.Linear = self.base_layer
     rows_N_I = x.reshape(-1, x.shape[-1])
     lora_a, lora_b, scale = self.lora_A[adapter].weight, self.lora_B[adapter].weight, self.scaling[adapter]
-    frozen = not base.weight.requires_grad and (base.bias is None or not base.bias.requires_grad)
-    if rows_N_I.device.type == "cpu" and ONEDNN_MATMUL and frozen:
+    if rows_N_I.device.type == "cpu" and ONEDNN_MATMUL and _frozen(base):
         out_N_O = _OneDnnLoraLinear.apply(rows_N_I, base.weight, base.bias, lora_a, lora_b, scale)
     else:
         base_N_O = F.linear(rows_N_I, base.weight, base.bias)
@@ -75,12 +74,16 @@ def _scale_inside_addmm(self: Any, x: torch.Tensor, adapter: str) -> torch.Tenso
 def _frozen_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """A Linear without an adapter: in fp32 training on a CPU with its weight (and bias) frozen, its
     products by oneDNN's matmul (`_OneDnnLinear`); elsewhere `nn.Linear`'s own forward."""
-    frozen = not self.weight.requires_grad and (self.bias is None or not self.bias.requires_grad)
-    if (frozen and ONEDNN_MATMUL and x.device.type == "cpu" and torch.is_grad_enabled()
+    if (_frozen(self) and ONEDNN_MATMUL and x.device.type == "cpu" and torch.is_grad_enabled()
             and not torch.is_autocast_enabled("cpu") and x.dtype == self.weight.dtype == torch.float32):
         out_N_O = _OneDnnLinear.apply(x.reshape(-1, x.shape[-1]), self.weight, self.bias)
         return out_N_O.view(*x.shape[:-1], out_N_O.shape[-1])
     return F.linear(x, self.weight, self.bias)
+
+
+def _frozen(linear: nn.Linear) -> bool:
+    """Whether neither the weight nor the bias of `linear` takes a gradient."""
+    return not linear.weight.requires_grad and (linear.bias is None or not linear.bias.requires_grad)
 
 
 def _onednn_linear(x_N_I: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor | None = None) -> torch.Tensor:
