@@ -110,23 +110,30 @@ ATTENTION_OPS = frozenset({torch.ops.aten._scaled_dot_product_flash_attention_fo
 
 class MatmulTimer(TorchDispatchMode):
     """Adds up the wall-clock seconds of every matmul (`MATMUL_OPS`, or the ops given) run on the thread
-    it is entered on, backward passes included (on a CPU autograd runs them on the calling thread).
-    Everything else runs untimed."""
+    it is entered on, backward passes included (on a CPU autograd runs them on the calling thread), op
+    by op (`seconds_in`). Everything else runs untimed."""
 
     def __init__(self, ops: frozenset[Any] = MATMUL_OPS) -> None:
         super().__init__()
         self.ops = ops
         self.seconds = 0.0
         self.calls = 0
+        self._seconds_of: dict[Any, float] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if func not in self.ops:
             return func(*args, **(kwargs or {}))
         start = time.perf_counter()
         out = func(*args, **(kwargs or {}))
-        self.seconds += time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        self.seconds += elapsed
+        self._seconds_of[func] = self._seconds_of.get(func, 0.0) + elapsed
         self.calls += 1
         return out
+
+    def seconds_in(self, ops: frozenset[Any]) -> float:
+        """The seconds of the timed ops that are among `ops`."""
+        return sum(seconds for func, seconds in self._seconds_of.items() if func in ops)
 
 
 def _here(fn: Callable[[], object]) -> object:
@@ -149,13 +156,29 @@ def matmul_seconds(step: Callable[[], object], repeats: int,
 def matmul_seconds_of(step: Callable[[], object], on_thread: Callable[[Callable[[], object]], object] = _here,
                       ops: frozenset[Any] = MATMUL_OPS) -> float:
     """Seconds that one call of `step` spends in matmuls (or in `ops`), timed on `on_thread` (as above)."""
+    return _timed_call(step, on_thread, ops).seconds
+
+
+def matmul_and_attention_seconds(step: Callable[[], object], repeats: int,
+                                 on_thread: Callable[[Callable[[], object]], object] = _here) -> tuple[float, float]:
+    """Medians of the seconds one call of `step` spends in matmuls, and in matmuls and attention kernels
+    (`ATTENTION_OPS`), both read from the same `repeats` calls after a warm-up (as `matmul_seconds`):
+    each call's second figure holds its first, so their medians never cross."""
+    _timed_call(step, on_thread, MATMUL_OPS | ATTENTION_OPS)
+    timers = [_timed_call(step, on_thread, MATMUL_OPS | ATTENTION_OPS) for _ in range(repeats)]
+    return (statistics.median(timer.seconds_in(MATMUL_OPS) for timer in timers),
+            statistics.median(timer.seconds for timer in timers))
+
+
+def _timed_call(step: Callable[[], object], on_thread: Callable[[Callable[[], object]], object],
+                ops: frozenset[Any]) -> MatmulTimer:
     timer = MatmulTimer(ops)
     on_thread(timer.__enter__)
     try:
         step()
     finally:
         on_thread(partial(timer.__exit__, None, None, None))
-    return timer.seconds
+    return timer
 
 
 def model_flops_per_token(model: torch.nn.Module) -> float:

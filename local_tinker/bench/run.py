@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import chz
 import torch
@@ -144,18 +144,18 @@ def _engine_train(config: BenchConfig, precision: str) -> dict[str, float]:
     figures = {"train_tok_s": all_weighted.predicted_tokens / seconds["all"],
                "train_masked_tok_s": masked.predicted_tokens / seconds["masked"]}
     if config.device == "cpu":  # a GPU's matmuls run after their launch: timing the launch says nothing
-        figures["train_matmuls_tok_s"] = all_weighted.predicted_tokens / _matmul_seconds(config, precision, all_step)
-        figures["train_matmuls_attention_tok_s"] = all_weighted.predicted_tokens / _matmul_seconds(
-            config, precision, all_step, machine.MATMUL_OPS | machine.ATTENTION_OPS)
+        figures |= _ceilings_tok_s(config, precision, all_step, all_weighted.predicted_tokens, "train_matmuls")
     return figures
 
 
-def _matmul_seconds(config: BenchConfig, precision: str, step: Callable[[], object],
-                    ops: frozenset[Any] = machine.MATMUL_OPS) -> float:
-    """Seconds of `step`'s matmuls (or `ops`), timed on the engine's thread (at most 3 timed calls: each is
-    a whole step)."""
-    return machine.matmul_seconds(step, min(3, config.repeats), on_thread=_engine_thread(precision, config.device),
-                                  ops=ops)
+def _ceilings_tok_s(config: BenchConfig, precision: str, step: Callable[[], object], tokens: float,
+                    name: str) -> dict[str, float]:
+    """`step`'s tokens over the seconds of its matmuls (`<name>_tok_s`) and of its matmuls and attention
+    kernels (`<name>_attention_tok_s`), from the same calls, timed on the engine's thread (at most 3
+    timed calls: each is a whole step)."""
+    matmuls, with_attention = machine.matmul_and_attention_seconds(
+        step, min(3, config.repeats), on_thread=_engine_thread(precision, config.device))
+    return {f"{name}_tok_s": tokens / matmuls, f"{name}_attention_tok_s": tokens / with_attention}
 
 
 def _engine_sample(config: BenchConfig, precision: str) -> dict[str, float]:
@@ -217,10 +217,7 @@ def _trl(config: BenchConfig, precision: str) -> report.GroupResult:
         seconds = machine.alternating_self_timed(steps, config.repeats)
         figures |= {("engine_" + workload + "_tok_s" if key == "engine" else key): batch.predicted_tokens / value
                     for key, value in seconds.items()}
-        figures[f"engine_{workload}_matmuls_tok_s"] = (batch.predicted_tokens
-                                                       / _matmul_seconds(config, precision, engine_step))
-        figures[f"engine_{workload}_matmuls_attention_tok_s"] = batch.predicted_tokens / _matmul_seconds(
-            config, precision, engine_step, machine.MATMUL_OPS | machine.ATTENTION_OPS)
+        figures |= _ceilings_tok_s(config, precision, engine_step, batch.predicted_tokens, f"engine_{workload}_matmuls")
     return report.GroupResult(f"trl/{precision}", figures, notes=[missing] if missing else [])
 
 

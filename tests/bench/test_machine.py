@@ -12,6 +12,7 @@ from local_tinker.bench.machine import (
     MATMUL_OPS,
     MatmulTimer,
     alternating_self_timed,
+    matmul_and_attention_seconds,
     matmul_seconds,
     wall_clock,
 )
@@ -63,6 +64,25 @@ def test_with_the_attention_ops_the_attention_kernels_are_counted_too() -> None:
             (out @ w).sum().backward()
         assert timer.calls == expected, ops  # out @ w and its backward's grad @ w^T; attention forward and backward
         q.grad = None
+
+
+def test_one_pass_splits_the_matmuls_from_the_attention_kernels() -> None:
+    """The ceilings with and without attention come from the same timed calls: the matmuls' seconds and
+    the attention kernels' add up to the whole, so the ceiling with attention is never the faster one."""
+    q, w = torch.randn(2, 4, 64, 16, dtype=torch.float64, requires_grad=True), torch.randn(16, 16, dtype=torch.float64)
+
+    def step() -> None:
+        out = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        (out @ w).sum().backward()
+        q.grad = None
+
+    with MatmulTimer(MATMUL_OPS | ATTENTION_OPS) as timer:
+        step()
+    matmuls, attention = timer.seconds_in(MATMUL_OPS), timer.seconds_in(ATTENTION_OPS)
+    assert matmuls > 0 and attention > 0 and timer.seconds == pytest.approx(matmuls + attention)
+    assert timer.seconds_in(frozenset()) == 0.0
+    alone, with_attention = matmul_and_attention_seconds(step, repeats=3)
+    assert 0 < alone < with_attention
 
 
 def test_a_step_costs_its_matmuls_not_its_other_work() -> None:
