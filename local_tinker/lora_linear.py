@@ -60,7 +60,7 @@ def _scale_inside_addmm(self: Any, x: torch.Tensor, adapter: str) -> torch.Tenso
     base: nn.Linear = self.base_layer
     rows_N_I = x.reshape(-1, x.shape[-1])
     lora_a, lora_b, scale = self.lora_A[adapter].weight, self.lora_B[adapter].weight, self.scaling[adapter]
-    if rows_N_I.device.type == "cpu" and ONEDNN_MATMUL and _frozen(base):
+    if _onednn_applies(rows_N_I, base):
         out_N_O = _OneDnnLoraLinear.apply(rows_N_I, base.weight, base.bias, lora_a, lora_b, scale)
     else:
         base_N_O = F.linear(rows_N_I, base.weight, base.bias)
@@ -74,16 +74,23 @@ def _scale_inside_addmm(self: Any, x: torch.Tensor, adapter: str) -> torch.Tenso
 def _frozen_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """A Linear without an adapter: in fp32 training on a CPU with its weight (and bias) frozen, its
     products by oneDNN's matmul (`_OneDnnLinear`); elsewhere `nn.Linear`'s own forward."""
-    if (_frozen(self) and ONEDNN_MATMUL and x.device.type == "cpu" and torch.is_grad_enabled()
-            and not torch.is_autocast_enabled("cpu") and x.dtype == self.weight.dtype == torch.float32):
+    if _fp32_training(x, self.weight) and _onednn_applies(x, self):
         out_N_O = _OneDnnLinear.apply(x.reshape(-1, x.shape[-1]), self.weight, self.bias)
         return out_N_O.view(*x.shape[:-1], out_N_O.shape[-1])
     return F.linear(x, self.weight, self.bias)
 
 
-def _frozen(linear: nn.Linear) -> bool:
-    """Whether neither the weight nor the bias of `linear` takes a gradient."""
-    return not linear.weight.requires_grad and (linear.bias is None or not linear.bias.requires_grad)
+def _onednn_applies(x: torch.Tensor, linear: nn.Linear) -> bool:
+    """Whether `linear`'s products with `x` go through oneDNN: on a CPU with oneDNN, neither its weight
+    nor its bias taking a gradient."""
+    frozen = not linear.weight.requires_grad and (linear.bias is None or not linear.bias.requires_grad)
+    return x.device.type == "cpu" and ONEDNN_MATMUL and frozen
+
+
+def _fp32_training(x: torch.Tensor, *weights: torch.Tensor) -> bool:
+    """Gradients on, no autocast, `x` and `weights` fp32: where fp32 rounding is all that may differ."""
+    return (torch.is_grad_enabled() and not torch.is_autocast_enabled(x.device.type)
+            and all(t.dtype == torch.float32 for t in (x, *weights)))
 
 
 def _onednn_linear(x_N_I: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor | None = None) -> torch.Tensor:
@@ -171,10 +178,8 @@ def _unscaled_adapter(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
 
 def _plain_fp32_adapter(self: Any, x: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """The plain adapter when the fused fp32 training forward applies here, else None."""
-    if not torch.is_grad_enabled() or torch.is_autocast_enabled(x.device.type):
-        return None
     adapter = _vanilla_adapter(self, args, kwargs)
     if adapter is None:
         return None
-    weights = (x, self.base_layer.weight, self.lora_A[adapter].weight, self.lora_B[adapter].weight)
-    return adapter if all(t.dtype == torch.float32 for t in weights) else None
+    weights = (self.base_layer.weight, self.lora_A[adapter].weight, self.lora_B[adapter].weight)
+    return adapter if _fp32_training(x, *weights) else None

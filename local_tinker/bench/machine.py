@@ -149,8 +149,7 @@ def matmul_seconds(step: Callable[[], object], repeats: int,
     a client call); the timer is entered and left there. What a step would cost if it were nothing
     but its matmuls, at the speed they run inside it: no step built on these matmuls is faster.
     """
-
-    return alternating_self_timed({"matmuls": partial(matmul_seconds_of, step, on_thread, ops)}, repeats)["matmuls"]
+    return statistics.median(timer.seconds for timer in _timed_calls(step, repeats, on_thread, ops))
 
 
 def matmul_seconds_of(step: Callable[[], object], on_thread: Callable[[Callable[[], object]], object] = _here,
@@ -164,10 +163,16 @@ def matmul_and_attention_seconds(step: Callable[[], object], repeats: int,
     """Medians of the seconds one call of `step` spends in matmuls, and in matmuls and attention kernels
     (`ATTENTION_OPS`), both read from the same `repeats` calls after a warm-up (as `matmul_seconds`):
     each call's second figure holds its first, so their medians never cross."""
-    _timed_call(step, on_thread, MATMUL_OPS | ATTENTION_OPS)
-    timers = [_timed_call(step, on_thread, MATMUL_OPS | ATTENTION_OPS) for _ in range(repeats)]
+    timers = _timed_calls(step, repeats, on_thread, MATMUL_OPS | ATTENTION_OPS)
     return (statistics.median(timer.seconds_in(MATMUL_OPS) for timer in timers),
             statistics.median(timer.seconds for timer in timers))
+
+
+def _timed_calls(step: Callable[[], object], repeats: int, on_thread: Callable[[Callable[[], object]], object],
+                 ops: frozenset[Any]) -> list[MatmulTimer]:
+    """The timers of `repeats` calls of `step`, after an untimed warm-up call."""
+    step()
+    return [_timed_call(step, on_thread, ops) for _ in range(repeats)]
 
 
 def _timed_call(step: Callable[[], object], on_thread: Callable[[Callable[[], object]], object],
