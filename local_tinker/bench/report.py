@@ -22,6 +22,8 @@ CT2_INT8 = "int8"
 # alone (attention's batched products among them). The RL batch's target is 1.5x faster than its
 # 2.61 s of 2026-12-01.
 GOALS = (("train_vs_peft_loop", 1.3, "min", "training / plain peft loop, 8x128", "train_ceiling_vs_peft_loop"),
+         ("train_number_words_vs_peft_loop", 1.3, "min", "training / plain peft loop, number-words chats",
+          "train_number_words_ceiling_vs_peft_loop"),
          ("trl_number_words.engine_vs_trl_best", 1.5, "min", "training / best TRL, number-words chats",
           "trl_number_words.engine_ceiling_vs_trl_best"),
          ("trl_random_8x128.engine_vs_trl_best", 1.5, "min", "training / best TRL, 8x128",
@@ -117,6 +119,10 @@ def derive(groups: list[GroupResult]) -> dict[str, dict[str, Any]]:
         out["rl_batch_matmuls_s"] = row.get("rl_batch_matmuls_s")
         out["train_vs_peft_loop"] = _ratio(row.get("train_tok_s"), row.get("peer_train_tok_s"))
         out["train_ceiling_vs_peft_loop"] = _ratio(row.get("train_matmuls_attention_tok_s"), row.get("peer_train_tok_s"))
+        peer_chats = row.get("peer_train_number_words_tok_s")
+        out["train_number_words_vs_peft_loop"] = _ratio(row.get("train_number_words_tok_s"), peer_chats)
+        out["train_number_words_ceiling_vs_peft_loop"] = _ratio(row.get("train_number_words_matmuls_attention_tok_s"),
+                                                                peer_chats)
         out["sample_vs_hf_generate"] = _ratio(row.get("sample_8_prompts_tok_s"), row.get("peer_sample_tok_s"))
         out |= _ct2_comparison(row, precision, machine["bandwidth_gb_s"], params, bound)
         out["server_train_vs_in_process"] = _ratio(row.get("server_train_tok_s"), row.get("paired_train_tok_s"))
@@ -256,6 +262,9 @@ def _engine_lines(row: dict[str, float], out: dict[str, Any]) -> list[str]:
                        extra=("" if ceiling is None else f" = {ceiling:.0%} of the matmuls alone")
                        + ("" if reached is None else f"; training reaches {reached:.0%} of it"))
     lines += _line("train 8x128, 1 token in 4 weighted", row.get("train_masked_tok_s"))
+    lines += _line("train number-words chats, loss on the answers", row.get("train_number_words_tok_s"))
+    if "train_number_words_matmuls_attention_tok_s" in row:
+        lines += _line("ceiling: that step's matmuls + attention kernels", row["train_number_words_matmuls_attention_tok_s"])
     bound = f" (bound {out['decode_bound_tok_s']:.0f})"
     for key, label in (("sample_8_prompts", "sample 8 prompts x 64 tokens"),
                        ("sample_lora", "sample 8 prompts x 64 tokens, LoRA snapshot")):
@@ -281,6 +290,8 @@ def _engine_lines(row: dict[str, float], out: dict[str, Any]) -> list[str]:
                        extra=f", {row['rl_batch_s']:.2f} s/batch, {row['rl_batch_tokens']:.0f} tokens/batch"
                        + ("" if "rl_batch_matmuls_s" not in row else f"; its matmuls alone {row['rl_batch_matmuls_s']:.2f} s"))
     for key, label, ours in (("peer_train_tok_s", "peer: plain peft loop, full logits", "train_vs_peft_loop"),
+                             ("peer_train_number_words_tok_s", "peer: plain peft loop, the chats padded",
+                              "train_number_words_vs_peft_loop"),
                              ("peer_sample_tok_s", "peer: HF generate, 8 prompts x 64", "sample_vs_hf_generate"),
                              ("server_train_tok_s", "through the server (SDK+HTTP): training",
                               "server_train_vs_in_process"),

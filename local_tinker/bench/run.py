@@ -15,7 +15,7 @@ import chz
 import torch
 
 from local_tinker.bench import ct2_peer, machine, peers, report, trl_peer, workloads
-from local_tinker.bench.data import bench_numbers, number_words_batch, random_batch
+from local_tinker.bench.data import TokenBatch, bench_numbers, number_words_batch, random_batch
 from local_tinker.bench.served import bench_server
 from local_tinker.clients import ServiceClient
 from local_tinker.command import config_from_argv
@@ -136,16 +136,27 @@ def _service(config: BenchConfig, precision: str) -> ServiceClient:
 
 
 def _engine_train(config: BenchConfig, precision: str) -> dict[str, float]:
+    """Our training steps (the head's adapter included, as the peft loop trains it): 8 x 128 tokens all
+    weighted and one in four weighted, and the number-words chats; the first and the chats with their ceilings."""
     service, all_weighted, masked = _service(config, precision), random_batch(), random_batch(loss_fraction=0.25)
-    all_step = workloads.training_step(service, config.model, all_weighted)
+    chats = _chats(config)
+    all_step, chats_step = (workloads.training_step(service, config.model, batch) for batch in (all_weighted, chats))
     seconds = machine.alternating_seconds({"all": all_step,
-                                           "masked": workloads.training_step(service, config.model, masked)},
+                                           "masked": workloads.training_step(service, config.model, masked),
+                                           "number_words": chats_step},
                                           config.repeats)
     figures = {"train_tok_s": all_weighted.predicted_tokens / seconds["all"],
-               "train_masked_tok_s": masked.predicted_tokens / seconds["masked"]}
+               "train_masked_tok_s": masked.predicted_tokens / seconds["masked"],
+               "train_number_words_tok_s": chats.predicted_tokens / seconds["number_words"]}
     if config.device == "cpu":  # a GPU's matmuls run after their launch: timing the launch says nothing
         figures |= _ceilings_tok_s(config, precision, all_step, all_weighted.predicted_tokens, "train_matmuls")
+        figures |= _ceilings_tok_s(config, precision, chats_step, chats.predicted_tokens, "train_number_words_matmuls")
     return figures
+
+
+def _chats(config: BenchConfig) -> TokenBatch:
+    """The number-words chats that ours, the peft loop and TRL train on."""
+    return number_words_batch(get_tokenizer(config.model), bench_numbers())
 
 
 def _ceilings_tok_s(config: BenchConfig, precision: str, step: Callable[[], object], tokens: float,
@@ -183,8 +194,13 @@ def _rl_batch(config: BenchConfig, precision: str) -> dict[str, float]:
 
 
 def _peft_loop(config: BenchConfig, precision: str) -> dict[str, float]:
+    """The plain peft loop on 8 x 128 tokens and on the number-words chats (rows padded), one model each in turn."""
     step = peers.peft_loop_step(config.model, precision, config.device)
-    return {"peer_train_tok_s": 8 * 128 / machine.median_seconds(step, config.repeats)}
+    figures = {"peer_train_tok_s": 8 * 128 / machine.median_seconds(step, config.repeats)}
+    del step  # its model and optimiser go before the next are made
+    chats = _chats(config)
+    step = peers.peft_loop_step(config.model, precision, config.device, chats)
+    return figures | {"peer_train_number_words_tok_s": chats.predicted_tokens / machine.median_seconds(step, config.repeats)}
 
 
 def _hf_generate(config: BenchConfig, precision: str) -> dict[str, float]:
@@ -203,8 +219,7 @@ _GROUPS: dict[str, Callable[[BenchConfig, str], dict[str, float]]] = {
 
 def _trl(config: BenchConfig, precision: str) -> report.GroupResult:
     """Ours (LoRA without the unembedding, as TRL trains) and each TRL setting, alternating round by round."""
-    batches = {"number_words": number_words_batch(get_tokenizer(config.model), bench_numbers()),
-               "random_8x128": random_batch()}
+    batches = {"number_words": _chats(config), "random_8x128": random_batch()}
     missing = trl_peer.trl_missing()
     service, figures = _service(config, precision), dict[str, float]()
     for workload, batch in batches.items():

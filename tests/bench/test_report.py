@@ -25,13 +25,16 @@ def groups() -> list[GroupResult]:
     return [
         MACHINE,
         GroupResult("engine_train/bfloat16", {"train_tok_s": 500.0, "train_masked_tok_s": 600.0,
-                                              "train_matmuls_tok_s": 800.0, "train_matmuls_attention_tok_s": 640.0},
+                                              "train_matmuls_tok_s": 800.0, "train_matmuls_attention_tok_s": 640.0,
+                                              "train_number_words_tok_s": 300.0,
+                                              "train_number_words_matmuls_tok_s": 420.0,
+                                              "train_number_words_matmuls_attention_tok_s": 390.0},
                     peak_rss_mb=900.0),
         GroupResult("engine_sample/bfloat16", {"sample_8_prompts_tok_s": 200.0, "sample_1_prompt_x8_tok_s": 210.0,
                                                "sample_lora_tok_s": 100.0}, peak_rss_mb=800.0),
         GroupResult("rl_batch/bfloat16", {"rl_batch_tok_s": 80.0, "rl_batch_s": 2.5, "rl_batch_tokens": 200.0,
                                           "rl_batch_matmuls_s": 1.9}),
-        GroupResult("peft_loop/bfloat16", {"peer_train_tok_s": 250.0}),
+        GroupResult("peft_loop/bfloat16", {"peer_train_tok_s": 250.0, "peer_train_number_words_tok_s": 240.0}),
         GroupResult("hf_generate/bfloat16", {"peer_sample_tok_s": 160.0}),
         GroupResult("ct2_generate/bfloat16", {"peer_ct2_int8_sample_tok_s": 400.0},
                     notes=["CTranslate2 bfloat16 row skipped: not a CT2 compute type on this CPU"]),
@@ -67,6 +70,8 @@ def test_derived_ratios() -> None:
     assert "rl_batch_frac_of_bound" not in out  # 32 rows that stop early: the 8-row bound does not apply
     assert out["train_vs_peft_loop"] == pytest.approx(2.0)
     assert out["train_ceiling_vs_peft_loop"] == pytest.approx(2.56)  # matmuls + attention alone: 640 of 250 tok/s
+    assert out["train_number_words_vs_peft_loop"] == pytest.approx(1.25)  # the chats: 300 of 240 tok/s
+    assert out["train_number_words_ceiling_vs_peft_loop"] == pytest.approx(1.625)  # 390 of 240 tok/s
     assert out["sample_vs_hf_generate"] == pytest.approx(1.25)
     assert out["sample_vs_ct2_int8"] == pytest.approx(0.5)
     assert out["ct2_int8_decode_bound_tok_s"] == pytest.approx(800.0)  # 8 rows x 10 GB/s / 0.1 GB of int8 weights
@@ -110,6 +115,8 @@ def test_table_names_the_best_setting_the_ratios_and_the_memory() -> None:
     assert "our step's matmuls alone, timed in it" in table and "= 84% of peak = 2.40x best TRL" in table
     assert "ours reaches 91% of it = 2.20x best TRL" in table  # matmuls + attention kernels against TRL
     assert "-> ours 2.00x" in table  # the peft loop
+    assert "train number-words chats, loss on the answers" in table and "ceiling: that step's matmuls + attention" in table
+    assert "peer: plain peft loop, the chats padded" in table and "-> ours 1.25x" in table
     assert ("peer: CTranslate2 int8, 8 prompts x 64" in table and "= 50% of its weight-streaming bound (800)" in table
             and "-> ours 0.50x" in table)
     assert "ct2_generate/bfloat16: CTranslate2 bfloat16 row skipped" in table
@@ -120,24 +127,29 @@ def test_table_names_the_best_setting_the_ratios_and_the_memory() -> None:
 
 def test_each_goal_is_printed_beside_its_target() -> None:
     found = {goal["goal"]: goal for goal in derive(groups())["bfloat16"]["goals"]}
-    # hand-computed from the figures above: 500/250, 600/300, 700/350, 500/800, 200/300, 100/300, 2.5 s
-    expected = {"train_vs_peft_loop": (2.0, True), "trl_number_words.engine_vs_trl_best": (2.0, True),
+    # hand-computed from the figures above: 500/250, 300/240, 600/300, 700/350, 500/800, 200/300, 100/300, 2.5 s
+    expected = {"train_vs_peft_loop": (2.0, True), "train_number_words_vs_peft_loop": (1.25, False),
+                "trl_number_words.engine_vs_trl_best": (2.0, True),
                 "trl_random_8x128.engine_vs_trl_best": (2.0, True), "train_frac_of_matmuls": (0.625, False),
                 "sample_8_prompts_frac_of_matmuls": (2 / 3, False), "sample_lora_frac_of_matmuls": (1 / 3, False),
                 "rl_batch_s": (2.5, False)}
     assert {key: (pytest.approx(goal["value"]), goal["met"]) for key, goal in found.items()} == expected
     assert found["rl_batch_s"]["target"] == pytest.approx(1.74)
-    # The ceilings measured in the run: 640/250 (matmuls + attention over the peft loop), 770/350 (matmuls
+    # The ceilings measured in the run: 640/250 and 390/240 (matmuls + attention over the peft loop, on
+    # 8x128 and on the chats), 770/350 (matmuls
     # + attention kernels over the best TRL setting on 8x128, not the matmuls alone's 840; none timed on
     # the chats), 640/800 and 240/300 (with attention, of
     # the matmuls alone; the LoRA snapshot's sampling under the base model's), the RL batch's matmuls alone.
     ceilings = {key: (pytest.approx(goal["ceiling"]), goal["ceiling_reaches_target"])
                 for key, goal in found.items() if "ceiling" in goal}
-    assert ceilings == {"train_vs_peft_loop": (2.56, True), "trl_random_8x128.engine_vs_trl_best": (2.2, True),
+    assert ceilings == {"train_vs_peft_loop": (2.56, True), "train_number_words_vs_peft_loop": (1.625, True),
+                        "trl_random_8x128.engine_vs_trl_best": (2.2, True),
                         "train_frac_of_matmuls": (0.8, False), "sample_8_prompts_frac_of_matmuls": (0.8, True),
                         "sample_lora_frac_of_matmuls": (0.8, True), "rl_batch_s": (1.9, False)}
     table = format_table(groups(), {})
     assert "training / plain peft loop, 8x128" in table and "2.00  target >= 1.30  met  (ceiling 2.56)" in table
+    assert ("training / plain peft loop, number-words chats" in table
+            and "1.25  target >= 1.30  NOT met  (ceiling 1.62)" in table)
     assert "0.62  target >= 0.85  NOT met  (ceiling 0.80: short of the target)" in table
     assert "RL batch 8x4, seconds" in table and "2.50  target <= 1.74  NOT met  (ceiling 1.90: short of the target)" in table
     assert "2.50 s/batch, 200 tokens/batch; its matmuls alone 1.90 s" in table
@@ -146,7 +158,10 @@ def test_each_goal_is_printed_beside_its_target() -> None:
 def test_a_goal_not_measured_is_left_out() -> None:
     fewer = [g for g in groups() if g.kind not in ("trl", "rl_batch")]
     assert {goal["goal"] for goal in derive(fewer)["bfloat16"]["goals"]} == {
-        "train_vs_peft_loop", "train_frac_of_matmuls", "sample_8_prompts_frac_of_matmuls", "sample_lora_frac_of_matmuls"}
+        "train_vs_peft_loop", "train_number_words_vs_peft_loop", "train_frac_of_matmuls",
+        "sample_8_prompts_frac_of_matmuls", "sample_lora_frac_of_matmuls"}
+    older = [GroupResult(g.name, {k: v for k, v in g.figures.items() if "number_words" not in k}) for g in fewer]
+    assert "train_number_words_vs_peft_loop" not in {goal["goal"] for goal in derive(older)["bfloat16"]["goals"]}
 
 
 def test_rounds_merge_to_each_figures_median_every_note_and_the_highest_peak() -> None:
