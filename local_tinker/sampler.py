@@ -479,7 +479,7 @@ def _choose(active: list[_Row], logits_R_V: torch.Tensor, tokenizer: object) -> 
 
     Sampling is by inverse CDF: one uniform draw per sampled row from the row's own generator (so a
     seed reproduces a row whatever else shares the batch), then one vectorised search over the
-    cumulative probabilities (summed in float64) of the sampled rows. Greedy rows (temperature 0)
+    cumulative probabilities (summed in float64) of the sampled rows (`_inverse_cdf`). Greedy rows (temperature 0)
     take their argmax and draw nothing.
     """
     temps = [r.temperature if r.temperature > 0 else 1.0 for r in active]
@@ -512,13 +512,42 @@ def _draw(rows: list[_Row], logprobs_S_V: torch.Tensor) -> torch.Tensor:
     for s, row in enumerate(rows):
         if 0 < row.top_k < probs_S_V.shape[1] or row.top_p < 1.0:
             probs_S_V[s] = _truncate(probs_S_V[s], row.top_k, row.top_p)
-    # In float64: an fp32 running sum over a large vocabulary rounds chaotically, so logits that differ in
-    # their last bits (the same row batched with other rows) moved a boundary under ~1 draw in 1,300
-    # (near-uniform SmolLM2-vocabulary rows); summed in float64 none moved in 4,000.
-    cdf_S_V = probs_S_V.double().cumsum(dim=-1)
     uniforms_S = torch.stack([torch.rand((), generator=row.generator, device=logprobs_S_V.device) for row in rows])
-    drawn_S = torch.searchsorted(cdf_S_V, (uniforms_S.double() * cdf_S_V[:, -1])[:, None]).squeeze(-1)
-    return drawn_S.clamp(max=logprobs_S_V.shape[1] - 1)
+    return _inverse_cdf(probs_S_V, uniforms_S)
+
+
+DRAW_BLOCK = 256  # tokens per block of `_inverse_cdf`'s two-level search
+
+
+def _inverse_cdf(probs_S_V: torch.Tensor, uniforms_S: torch.Tensor) -> torch.Tensor:
+    """For each row, the token `i` where `u * total` falls in `[cdf(i - 1), cdf(i))`: token `i` with
+    probability `p_i / total`, and never a token of probability 0 (`u` is in `[0, 1)`).
+
+    The cumulative sums are taken in two levels, in float64: the vocabulary's blocks of `DRAW_BLOCK`
+    tokens summed (a vectorised reduction), the block sums accumulated, then the chosen block's own
+    tokens. A running sum over the whole vocabulary is one long chain of dependent adds: on a CPU it
+    took most of a draw's time (docs/findings.md). Each row's sums depend on that row alone, so a seed
+    draws the same tokens whatever else shares the batch. Float64: an fp32 running sum over a large
+    vocabulary rounds chaotically, so logits that differ in their last bits (the same row batched
+    with other rows) moved a boundary under ~1 draw in 1,300 (near-uniform SmolLM2-vocabulary rows);
+    summed in float64 none moved in 4,000.
+    """
+    rows, vocab = probs_S_V.shape
+    blocks = -(-vocab // DRAW_BLOCK)
+    probs = probs_S_V if vocab % DRAW_BLOCK == 0 else F.pad(probs_S_V, (0, blocks * DRAW_BLOCK - vocab))
+    probs = probs.view(rows, blocks, DRAW_BLOCK)
+    block_cdf_S_N = probs.sum(dim=-1, dtype=torch.float64).cumsum(dim=-1)  # summed in float64, no copy made
+    target_S = uniforms_S.double() * block_cdf_S_N[:, -1]
+    block_S = torch.searchsorted(block_cdf_S_N, target_S[:, None], right=True).squeeze(-1).clamp(max=blocks - 1)
+    before_S = torch.where(block_S > 0, block_cdf_S_N.gather(1, (block_S - 1).clamp(min=0)[:, None]).squeeze(-1), 0.0)
+    within_S_B = probs[torch.arange(rows, device=probs.device), block_S].double().cumsum(dim=-1)
+    # The two levels round apart: an offset at or past the block's own total takes its last token of
+    # non-zero probability (where its running sum first reaches that total).
+    last_S = within_S_B[:, -1:].contiguous()
+    offset_S = torch.minimum((target_S - before_S)[:, None], last_S)
+    inside_S = torch.where(offset_S < last_S, torch.searchsorted(within_S_B, offset_S, right=True),
+                           torch.searchsorted(within_S_B, last_S)).squeeze(-1)
+    return block_S * DRAW_BLOCK + inside_S
 
 
 def _record_topk(active: list[_Row], logprobs_R_V: torch.Tensor) -> None:
