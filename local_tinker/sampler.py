@@ -535,7 +535,7 @@ def _inverse_cdf(probs_S_V: torch.Tensor, uniforms_S: torch.Tensor) -> torch.Ten
     rows, vocab = probs_S_V.shape
     blocks = -(-vocab // DRAW_BLOCK)
     probs = probs_S_V if vocab % DRAW_BLOCK == 0 else F.pad(probs_S_V, (0, blocks * DRAW_BLOCK - vocab))
-    probs = probs.view(rows, blocks, DRAW_BLOCK)
+    probs = probs.reshape(rows, blocks, DRAW_BLOCK)  # a view of the usual contiguous rows
     block_cdf_S_N = probs.sum(dim=-1, dtype=torch.float64).cumsum(dim=-1)  # summed in float64, no copy made
     target_S = uniforms_S.double() * block_cdf_S_N[:, -1]
     block_S = torch.searchsorted(block_cdf_S_N, target_S[:, None], right=True).squeeze(-1).clamp(max=blocks - 1)

@@ -61,3 +61,4 @@ def test_a_rows_draw_depends_on_that_row_alone() -> None:
     batched = _inverse_cdf(probs, uniforms)
     assert batched.tolist() == [int(_inverse_cdf(probs[s : s + 1], uniforms[s : s + 1])) for s in range(8)]
     assert torch.equal(batched, _running_sum_draw(probs, uniforms))
+    assert torch.equal(_inverse_cdf(probs.t().contiguous().t(), uniforms), batched)  # rows not contiguous
