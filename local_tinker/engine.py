@@ -47,9 +47,10 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Concurrent sample requests join one batch: after each arrival the engine waits this long for the
-# next (an evaluator's `asyncio.gather` of dozens of prompts sends them a few ms apart) ...
-COALESCE_QUIET_S = 0.01
-COALESCE_MAX_S = 0.1  # ... but never longer than this in total (docs/findings.md)
+# next (an evaluator's `asyncio.gather` of dozens of prompts sends them a few ms apart in-process;
+# through the server the SDK's requests reach the engine up to ~15 ms apart) ...
+COALESCE_QUIET_S = 0.03
+COALESCE_MAX_S = 0.25  # ... but never longer than this in total (docs/findings.md)
 MAX_SAMPLE_ROWS = {"cpu": 64, "cuda": 512}
 # Generations after at least this many calls in a row are an evaluation inside a run of training
 # (a supervised run's held-out samples), not RL's sampling, which comes every few calls.
