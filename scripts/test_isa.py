@@ -5,8 +5,9 @@
 
 torch's ATen kernels, oneDNN and MKL each pick their code path from the CPU at run time, and each
 can be held to a lesser one by an environment variable (`ATEN_CPU_CAPABILITY`,
-`ONEDNN_MAX_CPU_ISA`, `MKL_ENABLE_INSTRUCTIONS`), so one machine runs the kernels an AVX2 laptop or
-an AVX-512 server without bf16 dot products would run. For each ISA this prints what the
+`ONEDNN_MAX_CPU_ISA`, `MKL_ENABLE_INSTRUCTIONS`), so one machine runs the kernels an AVX2 laptop,
+an AVX-512 server without bf16 dot products, or (on a host with AMX tiles) one with bf16 dot
+products but no tiles would run. For each ISA this prints what the
 libraries report they use, how the fused decode step's projection groups were laid out there (a
 layout other than the fastest means the probe turned a shortcut off), and runs the tests marked
 `numerics` (sampler = scorer = trainer, fused step = Hugging Face forward, losses = formulas, logit
@@ -34,6 +35,9 @@ class Isa:
 
 ISAS = [
     Isa("native", {}, ()),
+    # AVX-512 with bf16 dot products and no AMX tiles, as an AMD EPYC (Zen 4) runs bf16: only on an AMX host.
+    Isa("avx512_bf16", {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16",
+                        "MKL_ENABLE_INSTRUCTIONS": "AVX512"}, ("avx512_bf16", "amx_bf16")),
     Isa("avx512", {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI",
                    "MKL_ENABLE_INSTRUCTIONS": "AVX512"}, ("avx512f", "avx512bw", "avx512vl", "avx512dq")),
     Isa("avx2", {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
@@ -62,7 +66,7 @@ print(f"ATen {torch.backends.cpu.get_cpu_capability()}, oneDNN bf16 matmul {bf16
 
 @chz.chz
 class Config:
-    isas: str = ""  # comma-separated names from native, avx512, avx2, default; empty: all the host can emulate
+    isas: str = ""  # comma-separated names from native, avx512_bf16, avx512, avx2, default; empty: all the host can emulate
     workers: int = 2  # pytest-xdist workers per ISA
 
 
