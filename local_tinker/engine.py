@@ -48,7 +48,7 @@ T = TypeVar("T")
 
 # Concurrent sample requests join one batch: after each arrival the engine waits this long for the
 # next (an evaluator's `asyncio.gather` of dozens of prompts sends them a few ms apart in-process;
-# through the server the SDK's requests reach the engine further apart: docs/findings.md) ...
+# through the server the SDK's requests reach the engine further apart) ...
 COALESCE_QUIET_S = 0.03
 COALESCE_MAX_S = 0.25  # ... but never longer than this in total (docs/findings.md)
 MAX_SAMPLE_ROWS = {"cpu": 64, "cuda": 512}

@@ -42,8 +42,3 @@ def test_an_arm_host_runs_its_own_set_only(test_isa, monkeypatch):
     monkeypatch.setattr(platform, "machine", lambda: "aarch64")
     assert [isa.name for isa in test_isa.emulable(AVX512 | {"avx512_bf16", "amx_bf16"})] == ["native"]
 
-
-def test_the_amx_free_bf16_path_holds_onednn_below_the_tiles(test_isa):
-    isa = {isa.name: isa for isa in test_isa.ISAS}["avx512_bf16"]
-    assert isa.env["ONEDNN_MAX_CPU_ISA"] == "AVX512_CORE_BF16"  # oneDNN's name for bf16 dot products, no AMX
-    assert isa.env["ATEN_CPU_CAPABILITY"] == "avx512"

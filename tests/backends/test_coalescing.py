@@ -47,4 +47,3 @@ def test_requests_sent_15_ms_apart_join_one_batch(monkeypatch: pytest.MonkeyPatc
 def test_a_request_after_the_quiet_window_is_a_batch_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     sizes, _ = _batches_of([engine_module.COALESCE_QUIET_S * 4], monkeypatch)
     assert sizes == [1, 1]
-
