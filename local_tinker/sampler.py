@@ -536,10 +536,11 @@ def _inverse_cdf(probs_S_V: torch.Tensor, uniforms_S: torch.Tensor) -> torch.Ten
     blocks = -(-vocab // DRAW_BLOCK)
     probs = probs_S_V if vocab % DRAW_BLOCK == 0 else F.pad(probs_S_V, (0, blocks * DRAW_BLOCK - vocab))
     probs = probs.reshape(rows, blocks, DRAW_BLOCK)  # a view of the usual contiguous rows
-    block_cdf_S_N = probs.sum(dim=-1, dtype=torch.float64).cumsum(dim=-1)  # summed in float64, no copy made
-    target_S = uniforms_S.double() * block_cdf_S_N[:, -1]
-    block_S = torch.searchsorted(block_cdf_S_N, target_S[:, None], right=True).squeeze(-1).clamp(max=blocks - 1)
-    before_S = torch.where(block_S > 0, block_cdf_S_N.gather(1, (block_S - 1).clamp(min=0)[:, None]).squeeze(-1), 0.0)
+    # Summed in float64 without a copy; a leading 0 makes entry `n` the sum before block `n`.
+    before_S_N1 = F.pad(probs.sum(dim=-1, dtype=torch.float64).cumsum(dim=-1), (1, 0))
+    target_S = uniforms_S.double() * before_S_N1[:, -1]
+    block_S = (torch.searchsorted(before_S_N1, target_S[:, None], right=True).squeeze(-1) - 1).clamp(max=blocks - 1)
+    before_S = before_S_N1.gather(1, block_S[:, None]).squeeze(-1)
     within_S_B = probs[torch.arange(rows, device=probs.device), block_S].double().cumsum(dim=-1)
     # The two levels round apart: an offset at or past the block's own total takes its last token of
     # non-zero probability (where its running sum first reaches that total).

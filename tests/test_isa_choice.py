@@ -1,26 +1,10 @@
 """Which lesser CPUs `make test-isa` stands in for, from the host's /proc/cpuinfo flags."""
 
-import importlib.util
 import platform
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "test_isa.py"
-
-
-@pytest.fixture(scope="module")
-def test_isa():
-    spec = importlib.util.spec_from_file_location("test_isa_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        del sys.modules[spec.name]
-
+from scripts import test_isa  # `make test-isa`'s script (the repository root is on pytest's path)
 
 AVX2 = {"sse4_1", "avx2", "fma"}
 AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
@@ -33,12 +17,12 @@ AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
     (AVX512 | {"avx512_bf16", "amx_bf16", "amx_tile"}, ["native", "avx512_bf16", "avx512", "avx2", "default"]),
     ({"sse4_1"}, ["native", "default"]),
 ])
-def test_the_isas_a_host_stands_in_for(test_isa, monkeypatch, flags, expected):
+def test_the_isas_a_host_stands_in_for(monkeypatch, flags, expected):
     monkeypatch.setattr(platform, "machine", lambda: "x86_64")
     assert [isa.name for isa in test_isa.emulable(flags)] == expected
 
 
-def test_an_arm_host_runs_its_own_set_only(test_isa, monkeypatch):
+def test_an_arm_host_runs_its_own_set_only(monkeypatch):
     monkeypatch.setattr(platform, "machine", lambda: "aarch64")
     assert [isa.name for isa in test_isa.emulable(AVX512 | {"avx512_bf16", "amx_bf16"})] == ["native"]
 
