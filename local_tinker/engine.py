@@ -441,12 +441,16 @@ def _resolve(future: Future[Any], fn: Callable[[], Any]) -> None:
     if not future.set_running_or_notify_cancel():
         return
     try:
-        future.set_result(fn())
+        result = fn()
     except BaseException as exc:  # noqa: BLE001 - the caller of .result() receives it
         logger.debug("local engine request failed", exc_info=True)
         future.set_exception(exc)
         if _stops_serving(exc):
             raise
+        return
+    # Outside the `try`: a Ctrl-C that lands while the result's callbacks run (waking the caller's
+    # event loop) finds the future already finished, and only stops serving.
+    future.set_result(result)
 
 
 def _stops_serving(exc: BaseException) -> bool:

@@ -40,9 +40,11 @@ class LocalFuture(tinker.APIFuture[T], Generic[T]):
 
         def _forward(done: Future[T]) -> None:
             try:
-                mapped.set_result(fn(done.result()))
+                value = fn(done.result())
             except BaseException as exc:  # noqa: BLE001 - the error belongs to the caller of result()
                 mapped.set_exception(exc)
+                return
+            mapped.set_result(value)  # a Ctrl-C in its callbacks goes on to whoever resolved `done`
 
         self._future.add_done_callback(_forward)
         return LocalFuture(mapped)
