@@ -66,10 +66,18 @@ def main(argv: list[str]) -> int:
             key, _, value = option.partition("=")
             if key != "window_s" or not value:
                 sys.exit(f"rss_over_run: unknown option {option!r}: expected window_s=SECONDS before --")
-            window_s = float(value)
+            try:
+                window_s = float(value)
+            except ValueError:
+                window_s = 0.0
+            if not window_s > 0:
+                sys.exit(f"rss_over_run: window_s={value}: expected a number of seconds above 0")
     if not command:
         sys.exit("rss_over_run: no command: python scripts/rss_over_run.py [window_s=15] -- COMMAND ...")
-    process = subprocess.Popen(command)
+    try:
+        process = subprocess.Popen(command)
+    except OSError as error:
+        sys.exit(f"rss_over_run: cannot run {command[0]!r}: {error.strerror}")
     start, readings = time.monotonic(), []
     while process.poll() is None:
         readings.append((time.monotonic() - start, tree_rss_mib(process.pid)))

@@ -30,3 +30,13 @@ def test_a_commands_memory_and_exit_status(capsys: pytest.CaptureFixture[str]) -
 def test_an_unknown_option_is_one_message() -> None:
     with pytest.raises(SystemExit, match=r"unknown option 'window=3': expected window_s=SECONDS before --"):
         rss_over_run.main(["window=3", "--", "true"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["window_s=soon", "--", "true"], r"window_s=soon: expected a number of seconds above 0"),
+    (["window_s=0", "--", "true"], r"window_s=0: expected a number of seconds above 0"),
+    (["--", "no-such-command-here"], r"cannot run 'no-such-command-here': No such file or directory"),
+])
+def test_a_bad_window_or_command_is_one_message(argv: list[str], message: str) -> None:
+    with pytest.raises(SystemExit, match=message):
+        rss_over_run.main(argv)
