@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 import pytest
@@ -136,18 +137,17 @@ def test_a_lock_left_held_by_an_interrupted_caller_fails_requests_instead_of_han
         engine._stopped.set()  # `stop` would wait for that lock
 
 
+def _ctrl_c(_: object) -> None:
+    raise KeyboardInterrupt
+
+
 def test_a_ctrl_c_while_a_result_wakes_its_caller_stops_serving_and_keeps_the_result() -> None:
     # The Ctrl-C lands in the future's callbacks (e.g. waking the caller's event loop), once the
     # result is set: serving stops, and the finished future is left as it is.
-    from concurrent.futures import Future
-
     from local_tinker.engine import _resolve
 
-    def ctrl_c(_: object) -> None:
-        raise KeyboardInterrupt
-
     future: Future[int] = Future()
-    future.add_done_callback(ctrl_c)
+    future.add_done_callback(_ctrl_c)
     assert threading.current_thread() is threading.main_thread()  # where a Ctrl-C stops serving
     with pytest.raises(KeyboardInterrupt):
         _resolve(future, lambda: 42)
@@ -155,16 +155,11 @@ def test_a_ctrl_c_while_a_result_wakes_its_caller_stops_serving_and_keeps_the_re
 
 
 def test_a_ctrl_c_while_a_mapped_result_wakes_its_caller_goes_on_to_the_engine() -> None:
-    from concurrent.futures import Future
-
     from local_tinker.futures import LocalFuture
-
-    def ctrl_c(_: object) -> None:
-        raise KeyboardInterrupt
 
     done: Future[int] = Future()
     mapped = LocalFuture(done).map(lambda value: value + 1).future()
-    mapped.add_done_callback(ctrl_c)
+    mapped.add_done_callback(_ctrl_c)
     done.set_running_or_notify_cancel()
     with pytest.raises(KeyboardInterrupt):  # not swallowed as a failing callback of `done`
         done.set_result(41)
