@@ -38,7 +38,14 @@ from local_tinker.futures import LocalFuture
 from local_tinker.logits import check_output_head
 from local_tinker.memory import bound_kernel_caches, headroom, return_freed_memory
 from local_tinker.models import load_base_model, own_weights, weights_label
-from local_tinker.precision import DeviceName, Precision, PrecisionName, emulation_warning, resolve_precision
+from local_tinker.precision import (
+    DeviceName,
+    Precision,
+    PrecisionName,
+    emulation_warning,
+    resolve_precision,
+    tiles_warning,
+)
 from local_tinker.sampler import SampleJob, SamplerModel, generate, row_bytes
 from local_tinker.scoring import PromptQuery, PromptScores, score
 from local_tinker.tokenizers import get_tokenizer
@@ -471,8 +478,9 @@ def get_engine(precision: PrecisionName = "auto", device: DeviceName = "auto") -
         if key not in _engines:
             transformers.utils.logging.disable_progress_bar()
             logger.info("local engine: device=%s precision=%s", resolved.device, resolved.name)
-            if (warning := emulation_warning(resolved)) is not None:
-                logger.warning(warning)
+            for warning in (emulation_warning(resolved), tiles_warning(resolved)):
+                if warning is not None:
+                    logger.warning(warning)
             _engines[key] = LocalEngine(resolved)
             atexit.register(_engines[key].stop)
         return _engines[key]

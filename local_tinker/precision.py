@@ -61,6 +61,35 @@ def cpu_has_native_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+# The caps above that still let oneDNN use AMX tiles (an unset variable is "ALL").
+_TILE_ISAS = ("AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX", "AVX10_1_512_AMX_FP16", "AVX10_2_512_AMX_2",
+              "DEFAULT", "ALL")
+
+
+@functools.cache
+def cpu_has_amx_tiles() -> bool:
+    """True on CPUs that advertise AMX-BF16 (read from /proc/cpuinfo)."""
+    try:
+        return "amx_bf16" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+def tiles_warning(precision: Precision) -> str | None:
+    """What to tell a user whose bf16 matmuls run on AMX tiles (None otherwise). There oneDNN's bf16
+    matmul rounds a row differently with the number of rows in the call (docs/findings.md, "bf16 on AMX
+    tiles"), so the sampler's log-probs, taken a few rows a step, drift from the trainer's and the
+    scorer's, taken over whole sequences; kept off the tiles, they agree as on other CPUs."""
+    if precision.device.type != "cpu" or precision.autocast != torch.bfloat16 or not cpu_has_amx_tiles():
+        return None
+    if os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper() not in _TILE_ISAS:
+        return None
+    return ("bfloat16 on this CPU runs oneDNN's matmuls on AMX tiles, whose rounding depends on how many rows "
+            "share a call: the sampler's log-probs then differ from the trainer's (optim/kl_sample_train_v1 above 0). "
+            "For the agreement other CPUs give, start the process with ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 "
+            "(slower; docs/findings.md).")
+
+
 def emulation_warning(precision: Precision) -> str | None:
     """What to tell a user who asked for bf16 on a CPU that emulates it (None otherwise): torch's bf16
     matmuls there are several times slower than fp32 (docs/findings.md)."""

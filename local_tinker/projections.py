@@ -19,7 +19,9 @@ random inputs of a few row counts. A layout turned off is said once at debug lev
 
 That is for bf16 (and fp16), where each product is accumulated in fp32 and rounded once, so the
 same accumulation gives the same bits whatever the row count, and a different one now and then
-rounds the other way. In fp32 there are no such bits to match: the last bits of an fp32 matmul
+rounds the other way. oneDNN may accumulate a lone row otherwise, so one row is computed in a call of
+two (`_lone_row`). On AMX tiles its order changes between larger row counts too, which no layout here
+can follow (`precision.tiles_warning`). In fp32 there are no such bits to match: the last bits of an fp32 matmul
 depend on its row count (MKL's kernels), the scorer's own included. There the fastest layout is
 used, and the delta may be merged into the packed copy (`W + scale * B @ A`, base-model decode
 speed): either differs from the scorer by fp32 rounding only, which no coarser rounding follows.
@@ -142,6 +144,8 @@ class FusedLinear:
                 self.packed_a, self.packed_b = _reorder(self.lora_a), _reorder(self.lora_b)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if _lone_row(x):
+            return self(torch.cat([x, x]))[:1]
         if self.layout == "members":
             return self._members(x)
         if self.lora_a is None or self.lora_b is None or self.layout == "merged":
@@ -157,7 +161,10 @@ class FusedLinear:
         return out + (delta if self.lora_scale == 1.0 else delta * self.lora_scale)
 
     def _members(self, x: torch.Tensor) -> torch.Tensor:
-        """Each member as the scorer computes it: its own Linear, then its hook's delta."""
+        """Each member as the scorer computes it: its own Linear, then its hook's delta (a lone row as
+        `__call__` computes it, in a call of two)."""
+        if _lone_row(x):
+            return self._members(torch.cat([x, x]))[:1]
         deltas = {i: (a, b, scale) for i, a, b, scale in self.members}
         outs, start = [], 0
         for i, size in enumerate(self.sizes):
@@ -211,6 +218,15 @@ def _adjacent(tensors: list[torch.Tensor]) -> torch.Tensor | None:
     rows = sum(tensor.shape[0] for tensor in tensors)
     return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (rows, *first.shape[1:]),
                                    first.stride())
+
+
+def _lone_row(x: torch.Tensor) -> bool:
+    """Whether `x` is one bf16 (or fp16) row on a CPU: such a row is computed in a call of two rows (itself
+    twice). oneDNN's matmul can take another path for one row than for several, with another order of
+    the sums: on an Intel Xeon held below its AMX tiles, a row of SmolLM2's down projection alone
+    rounded unlike the same row among others (docs/findings.md, "bf16 on AMX tiles"), and the scorer
+    computes a sequence's rows together."""
+    return x.shape[0] == 1 and x.dtype != torch.float32 and x.device.type == "cpu"
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None,

@@ -19,3 +19,21 @@ def test_auto_is_bf16_only_where_the_cpu_has_it_and_asking_for_emulated_bf16_war
         assert warning is None
     else:
         assert warning is not None and "emulated" in warning and "backend.precision=auto" in warning
+
+
+@pytest.mark.parametrize(("tiles", "cap", "warns"), [(True, None, True), (True, "avx10_1_512_amx", True),
+                                                     (True, "AVX512_CORE_BF16", False), (False, None, False)])
+def test_bf16_on_amx_tiles_warns_that_the_sampler_drifts_from_the_trainer_unless_held_below_them(
+        tiles: bool, cap: str | None, warns: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(precision, "cpu_has_amx_tiles", lambda: tiles)
+    if cap is None:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    else:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    bf16 = precision.Precision(torch.device("cpu"), torch.bfloat16, torch.bfloat16)
+    warning = precision.tiles_warning(bf16)
+    assert (warning is not None) == warns
+    if warning is not None:
+        assert "ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16" in warning and "kl_sample_train" in warning
+    assert precision.tiles_warning(precision.Precision(torch.device("cpu"), None, torch.float32)) is None
+    assert precision.tiles_warning(precision.Precision(torch.device("cuda"), torch.bfloat16, torch.bfloat16)) is None

@@ -98,3 +98,20 @@ def test_the_probe_runs_once_per_shapes() -> None:
     second._probe = lambda layouts: calls.append(layouts) or "members"  # type: ignore[method-assign]
     second.pack()
     assert calls == [] and second.layout == first.layout
+
+
+@pytest.mark.parametrize("layout", ["plain", "members"])
+def test_a_lone_bf16_row_gets_the_bits_it_gets_among_other_rows(layout: str) -> None:
+    """SmolLM2's down projection (1536 -> 576): on an Intel Xeon held below its AMX tiles, oneDNN
+    rounded a row computed alone unlike the same row computed with others, as the scorer computes a
+    sequence. A lone row goes through a call of two rows, so a one-row decode step rounds as the scorer."""
+    torch.manual_seed(0)
+    linear = nn.Linear(1536, 576, bias=False).to(torch.bfloat16)
+    group = FusedLinear([linear], ["down"])
+    group._make(layout)  # noqa: SLF001
+    generator = torch.Generator().manual_seed(1)
+    rows = torch.randn(16, 1536, generator=generator).to(torch.bfloat16)
+    with torch.no_grad():
+        together = F.linear(rows, linear.weight)  # the scorer's call: all of a sequence's rows at once
+        for i in range(rows.shape[0]):
+            assert torch.equal(group(rows[i : i + 1]), together[i : i + 1]), i
