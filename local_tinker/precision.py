@@ -46,18 +46,29 @@ _BF16_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX512
 
 
 @functools.cache
+def _cpu_flags() -> str:
+    """The CPU's flags as /proc/cpuinfo lists them ("" where it cannot be read)."""
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def _onednn_cap() -> str:
+    """The instruction set oneDNN is held to (`ONEDNN_MAX_CPU_ISA`; unset is "ALL")."""
+    return os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
+
+
+@functools.cache
 def cpu_has_native_bf16() -> bool:
     """True on x86 CPUs that advertise AVX512-BF16 or AMX-BF16 (read from /proc/cpuinfo), unless torch's
     kernels are held below them (`ATEN_CPU_CAPABILITY`, `ONEDNN_MAX_CPU_ISA`: `make test-isa` runs the
     code an AVX2 machine runs, and `auto` then picks what it would there)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
     if torch.backends.cpu.get_cpu_capability() not in ("AVX512", "AVX512_BF16", "AMX"):
         return False
-    if os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper() not in _BF16_ISAS:
+    if _onednn_cap() not in _BF16_ISAS:
         return False
+    flags = _cpu_flags()
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
@@ -66,13 +77,9 @@ _TILE_ISAS = ("AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX", "AVX
               "DEFAULT", "ALL")
 
 
-@functools.cache
 def cpu_has_amx_tiles() -> bool:
     """True on CPUs that advertise AMX-BF16 (read from /proc/cpuinfo)."""
-    try:
-        return "amx_bf16" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
+    return "amx_bf16" in _cpu_flags()
 
 
 def tiles_warning(precision: Precision) -> str | None:
@@ -82,7 +89,7 @@ def tiles_warning(precision: Precision) -> str | None:
     scorer's, taken over whole sequences; kept off the tiles, they agree as on other CPUs."""
     if precision.device.type != "cpu" or precision.autocast != torch.bfloat16 or not cpu_has_amx_tiles():
         return None
-    if os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper() not in _TILE_ISAS:
+    if _onednn_cap() not in _TILE_ISAS:
         return None
     return ("bfloat16 on this CPU runs oneDNN's matmuls on AMX tiles, whose rounding depends on how many rows "
             "share a call: the sampler's log-probs then differ from the trainer's (optim/kl_sample_train_v1 above 0). "
